@@ -1,0 +1,190 @@
+"""Broker configuration: Kafka's own key names, types and defaults.
+
+A config file is a Java-style properties file (``key=value``, ``#`` comments). Unknown keys and values that
+do not parse are refused at start-up with a :class:`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+
+class ConfigError(ValueError):
+    """A key is unknown or its value is invalid."""
+
+
+def _int(lo: int | None = None):
+    def parse(raw: str) -> int:
+        value = int(raw.strip())
+        if lo is not None and value < lo:
+            raise ValueError(f"must be >= {lo}")
+        return value
+
+    return parse
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return lowered == "true"
+
+
+def _str(raw: str) -> str:
+    return raw.strip()
+
+
+def _list(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _listeners(raw: str) -> list[str]:
+    items = _list(raw)
+    for item in items:
+        parse_listener(item)
+    return items
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    parse: Callable[[str], object]
+    default: object
+    doc: str
+
+
+LONG_MAX = 2**63 - 1
+
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in [
+        Key("broker.id", _int(0), 0, "This broker's id."),
+        Key("listeners", _listeners, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen (PLAINTEXT only)."),
+        Key("advertised.listeners", _listeners, None, "What Metadata tells clients (default: listeners)."),
+        Key("log.dirs", _list, ["/tmp/logbus-logs"], "Directories holding partition logs."),
+        Key("num.partitions", _int(1), 1, "Partitions of an auto-created topic."),
+        Key("default.replication.factor", _int(1), 1, "Replication factor of an auto-created topic."),
+        Key("auto.create.topics.enable", _bool, True, "Create a topic on first Metadata/Produce request."),
+        Key("log.segment.bytes", _int(14), 1024**3, "Roll the active segment at this size."),
+        Key("log.roll.ms", _int(1), None, "Roll the active segment after this age (ms)."),
+        Key("log.roll.hours", _int(1), 168, "Roll the active segment after this age (hours)."),
+        Key("log.index.interval.bytes", _int(0), 4096, "Bytes between two sparse index entries."),
+        Key("log.retention.ms", _int(-1), None, "Delete segments older than this (ms); -1 keeps forever."),
+        Key("log.retention.minutes", _int(-1), None, "Retention in minutes."),
+        Key("log.retention.hours", _int(-1), 168, "Retention in hours (7 days, as Kafka)."),
+        Key("log.retention.bytes", _int(-1), -1, "Delete oldest segments while a partition is larger."),
+        Key("log.retention.check.interval.ms", _int(1), 300_000, "How often retention runs."),
+        Key("log.flush.interval.messages", _int(1), LONG_MAX, "fsync after this many messages."),
+        Key("log.flush.interval.ms", _int(0), None, "fsync data older than this (ms)."),
+        Key("log.flush.scheduler.interval.ms", _int(1), LONG_MAX, "How often the flusher checks."),
+        Key("message.max.bytes", _int(0), 1048588, "Largest record batch accepted."),
+        Key("socket.request.max.bytes", _int(1), 104857600, "Largest request frame accepted."),
+        Key("zookeeper.connect", _str, None, "ZooKeeper connect string (cluster mode; see the cluster issue)."),
+        Key("zookeeper.session.timeout.ms", _int(1), 18000, "ZooKeeper session timeout."),
+        Key("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
+    ]
+}
+
+
+def parse_listener(item: str) -> tuple[str, str, int]:
+    """``PLAINTEXT://host:port`` → (protocol, host, port)."""
+    proto, sep, rest = item.partition("://")
+    if not sep or proto.upper() != "PLAINTEXT":
+        raise ValueError(f"listener {item!r}: only PLAINTEXT://host:port is supported")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit():
+        raise ValueError(f"listener {item!r}: expected PLAINTEXT://host:port")
+    return "PLAINTEXT", host, int(port)
+
+
+class BrokerConfig:
+    """Parsed, validated broker settings. Read values with ``config["log.segment.bytes"]``."""
+
+    keys = KEYS
+
+    def __init__(self, values: dict[str, object], explicit: frozenset[str] = frozenset()):
+        self._values = values
+        self.explicit = explicit  # keys set in the file or by --override
+
+    def __getitem__(self, key: str):
+        return self._values[key]
+
+    @classmethod
+    def from_strings(cls, raw: dict[str, str]) -> "BrokerConfig":
+        values = {name: key.default for name, key in KEYS.items()}
+        for name, text in raw.items():
+            key = KEYS.get(name)
+            if key is None:
+                raise ConfigError(f"unknown config key {name!r}")
+            try:
+                values[name] = key.parse(text)
+            except ValueError as exc:
+                raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from None
+        return cls(values, frozenset(raw))
+
+    @classmethod
+    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> "BrokerConfig":
+        raw: dict[str, str] = {}
+        if path is not None:
+            try:
+                text = Path(path).read_text()
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+            raw.update(parse_properties(text))
+        for item in overrides:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--override expects key=value, got {item!r}")
+            raw[name.strip()] = value
+        return cls.from_strings(raw)
+
+    # Derived settings, resolved the way Kafka resolves them (ms beats minutes beats hours).
+    @property
+    def retention_ms(self) -> int:
+        if self["log.retention.ms"] is not None:
+            return self["log.retention.ms"]
+        if self["log.retention.minutes"] is not None:
+            return self["log.retention.minutes"] * 60_000
+        hours = self["log.retention.hours"]
+        return -1 if hours < 0 else hours * 3_600_000
+
+    @property
+    def roll_ms(self) -> int:
+        if self["log.roll.ms"] is not None:
+            return self["log.roll.ms"]
+        return self["log.roll.hours"] * 3_600_000
+
+    @property
+    def flush_ms(self) -> int:
+        value = self["log.flush.interval.ms"]
+        return LONG_MAX if value is None else value
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        _, host, port = parse_listener(self["listeners"][0])
+        return host, port
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        items = self["advertised.listeners"] or self["listeners"]
+        _, host, port = parse_listener(items[0])
+        return host, port
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A subset of java.util.Properties: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in stripped:
+                key, _, value = stripped.partition(sep)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"line {lineno}: expected key=value, got {stripped!r}")
+    return out

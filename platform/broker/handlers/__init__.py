@@ -1,0 +1,15 @@
+"""One module per Kafka API; importing this package registers them all in :mod:`broker.handlers.registry`."""
+
+from broker.handlers import (  # noqa: F401  (imported for registration)
+    api_versions,
+    create_topics,
+    delete_topics,
+    describe_configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)
+from broker.handlers.registry import APIS, NO_RESPONSE, RawResponse
+
+__all__ = ["APIS", "NO_RESPONSE", "RawResponse"]

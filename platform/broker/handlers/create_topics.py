@@ -1,0 +1,46 @@
+"""CreateTopics (key 19), v2–7, with per-topic configs and ``validate_only``."""
+
+from broker.handlers.registry import handles
+from broker.metadata.topics import TopicError
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+
+KEY = 19
+
+
+@handles(KEY, "CreateTopics", 2, 7)
+def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    result_cls = nested(cls, "CreatableTopicResult")
+    config_cls = nested(cls, "CreatableTopicConfigs") if header.api_version >= 5 else None
+    counts = {}
+    for topic in request.topics:
+        counts[topic.name] = counts.get(topic.name, 0) + 1
+    results = []
+    for topic in request.topics:
+        error, message, info = ErrorCode.none, None, None
+        partitions = topic.num_partitions
+        replication = topic.replication_factor
+        if partitions == -1:
+            partitions = len(topic.assignments) or broker.config["num.partitions"]
+        if replication == -1:
+            replication = broker.config["default.replication.factor"]
+        try:
+            if counts[topic.name] > 1:
+                raise TopicError("invalid_request", f"topic {topic.name!r} appears more than once")
+            if topic.assignments and any(set(a.broker_ids) - {broker.node_id} for a in topic.assignments):
+                raise TopicError("invalid_replica_assignment", "assignment names brokers that do not exist")
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            info = broker.create_topic(topic.name, partitions, replication, configs,
+                                       validate_only=request.validate_only)
+        except TopicError as exc:
+            error, message = ErrorCode[exc.error], str(exc)
+        described = None
+        if config_cls is not None and info is not None:
+            described = tuple(build(config_cls, name=k, value=v, read_only=False, config_source=source,
+                                    is_sensitive=False)
+                              for k, (v, source) in broker.topic_config_values(info).items())
+        results.append(build(result_cls, name=topic.name, topic_id=info.topic_id if info else None,
+                             error_code=error, error_message=message,
+                             num_partitions=info.partitions if info else -1,
+                             replication_factor=info.replication_factor if info else -1, configs=described))
+    return build(cls, throttle_time=0, topics=tuple(results))

@@ -1,0 +1,33 @@
+"""DeleteTopics (key 20), v1–6 (by name; v6 also by topic id)."""
+
+from broker.handlers.registry import handles
+from broker.metadata.topics import TopicError
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+
+KEY = 20
+
+
+@handles(KEY, "DeleteTopics", 1, 6)
+def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    result_cls = nested(cls, "DeletableTopicResult")
+    if header.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None:
+            found = broker.topics.by_id(topic_id)
+            name = found.name if found else None
+        error, message = ErrorCode.none, None
+        info = broker.topics.get(name) if name else None
+        try:
+            if info is None:
+                raise TopicError("unknown_topic_or_partition", f"topic {name or topic_id} does not exist")
+            broker.delete_topic(name)
+        except TopicError as exc:
+            error, message = ErrorCode[exc.error], str(exc)
+        results.append(build(result_cls, name=name, topic_id=info.topic_id if info else topic_id,
+                             error_code=error, error_message=message))
+    return build(cls, throttle_time=0, responses=tuple(results))

@@ -1,0 +1,39 @@
+"""DescribeConfigs (key 32), v1–4: effective topic configs (override or broker default) and broker configs."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+
+KEY = 32
+TOPIC, BROKER = 2, 4
+
+
+@handles(KEY, "DescribeConfigs", 1, 4)
+def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    result_cls = nested(cls, "DescribeConfigsResult")
+    entry_cls = nested(cls, "DescribeConfigsResourceResult")
+    results = []
+    for resource in request.resources:
+        error, message, values = ErrorCode.none, None, {}
+        if resource.resource_type == TOPIC:
+            info = broker.topics.get(resource.resource_name)
+            if info is None:
+                error, message = ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} not found"
+            else:
+                values = broker.topic_config_values(info)
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(broker.node_id)):
+                error, message = ErrorCode.invalid_request, f"this is broker {broker.node_id}"
+            else:
+                values = broker.broker_config_values()
+        else:
+            error, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported"
+        wanted = resource.configuration_keys
+        entries = tuple(
+            build(entry_cls, name=k, value=v, read_only=resource.resource_type == BROKER, config_source=source,
+                  is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+            for k, (v, source) in values.items() if wanted is None or k in wanted)
+        results.append(build(result_cls, error_code=error, error_message=message,
+                             resource_type=resource.resource_type, resource_name=resource.resource_name,
+                             configs=entries))
+    return build(cls, throttle_time=0, results=tuple(results))

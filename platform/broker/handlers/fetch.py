@@ -1,0 +1,62 @@
+"""Fetch (key 1), v4–12: file regions of the partition logs, long-polled until ``min_bytes`` or ``max_wait``.
+
+The response is framed by hand (:mod:`broker.protocol.fetch_response`) so that record bytes go from the
+segment file to the socket with sendfile. KIP-74: at least one whole batch is returned even when it is larger
+than the byte budget; a region may end inside a batch, which clients drop and fetch again.
+"""
+
+import time
+
+from broker.handlers.registry import RawResponse, handles
+from broker.log.log import OffsetOutOfRange
+from broker.protocol import fetch_response
+from broker.protocol.fetch_response import PartitionData
+from broker.protocol.messages import ErrorCode, ms
+
+KEY = 1
+
+
+def collect(broker, request) -> tuple[list, int, bool]:
+    """One pass over the requested partitions: (topics, bytes found, whether any partition has an error)."""
+    budget = request.max_bytes
+    total = 0
+    errors = False
+    topics = []
+    for topic in request.topics:
+        info = broker.topics.get(topic.topic)
+        partitions = []
+        for p in topic.partitions:
+            if info is None or not 0 <= p.partition < info.partitions:
+                partitions.append(PartitionData(p.partition, ErrorCode.unknown_topic_or_partition.value))
+                errors = True
+                continue
+            plog = broker.log_for(topic.topic, p.partition)
+            data = PartitionData(p.partition, 0, plog.high_watermark, plog.high_watermark, plog.log_start_offset)
+            allowed = min(p.partition_max_bytes, budget - total)
+            if allowed > 0 or total == 0:
+                try:
+                    region = plog.read(p.fetch_offset, max(allowed, 1) if total == 0 else allowed)
+                except OffsetOutOfRange:
+                    data.error_code = ErrorCode.offset_out_of_range.value
+                    errors = True
+                    region = None
+                if region is not None:
+                    data.records = region
+                    total += region.size
+            partitions.append(data)
+        topics.append((topic.topic, partitions))
+    return topics, total, errors
+
+
+@handles(KEY, "Fetch", 4, 12)
+async def handle(broker, header, request):
+    max_wait = ms(request.max_wait) / 1000
+    deadline = time.monotonic() + max_wait
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        topics, total, errors = collect(broker, request)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+            break
+        await broker.wait_for_append(keys, remaining)
+    return RawResponse(fetch_response.encode(header.api_version, header.correlation_id, topics))

@@ -1,0 +1,55 @@
+"""Metadata (key 3), v0–12: brokers, topics and partition leaders; auto-creates topics when allowed."""
+
+from broker.handlers.registry import handles
+from broker.metadata.topics import TopicError
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+
+KEY = 3
+
+
+@handles(KEY, "Metadata", 0, 12)
+def handle(broker, header, request):
+    version = header.api_version
+    cls = response_class(KEY, version)
+    broker_cls = nested(cls, "MetadataResponseBroker")
+    topic_cls = nested(cls, "MetadataResponseTopic")
+    partition_cls = nested(cls, "MetadataResponsePartition")
+
+    if request.topics is None or (version == 0 and not request.topics):
+        names = sorted(broker.topics.topics)  # v0: empty list means all; v1+: null means all
+        auto_create = False
+    else:
+        names = []
+        for item in request.topics:
+            name = item.name
+            if name is None and getattr(item, "topic_id", None) is not None:
+                found = broker.topics.by_id(item.topic_id)
+                name = found.name if found else None
+            names.append(name)
+        auto_create = getattr(request, "allow_auto_topic_creation", True)
+
+    topics = []
+    for name in names:
+        error = ErrorCode.none
+        info = broker.topics.get(name) if name is not None else None
+        if info is None and name is not None and auto_create and broker.config["auto.create.topics.enable"]:
+            try:
+                info = broker.create_topic(name, broker.config["num.partitions"],
+                                           broker.config["default.replication.factor"], {})
+            except TopicError as exc:
+                error = ErrorCode[exc.error]
+        elif info is None:
+            error = ErrorCode.unknown_topic_or_partition
+        partitions = ()
+        if info is not None:
+            partitions = tuple(
+                build(partition_cls, error_code=0, partition_index=p, leader_id=broker.node_id,
+                      leader_epoch=broker.leader_epoch(info.name, p), replica_nodes=(broker.node_id,),
+                      isr_nodes=(broker.node_id,), offline_replicas=())
+                for p in range(info.partitions))
+        topics.append(build(topic_cls, error_code=error, name=name, is_internal=False, partitions=partitions,
+                            topic_id=info.topic_id if info else None))
+    host, port = broker.advertised
+    return build(cls, throttle_time=0, cluster_id=broker.cluster_id, controller_id=broker.node_id,
+                 brokers=(build(broker_cls, node_id=broker.node_id, host=host, port=port, rack=None),),
+                 topics=tuple(topics))

@@ -1,0 +1,127 @@
+"""Sparse per-segment indexes, Kafka's on-disk formats.
+
+``OffsetIndex`` (``.index``): 8-byte entries, ``int32 relative offset, int32 file position``, where the
+relative offset is a batch's base offset minus the segment's base offset and the position is where that batch
+starts in the ``.log`` file. ``TimeIndex`` (``.timeindex``): 12-byte entries, ``int64 timestamp, int32
+relative offset``: the largest timestamp seen so far and the base offset of the batch that carried it.
+
+Entries are appended at most once per ``log.index.interval.bytes`` of log data, so both are sparse. Both are
+kept whole in memory (arrays, bisected on lookup) and appended to their file; they are rebuilt from the log
+by recovery after an unclean stop, and a file whose size is not a whole number of entries, or whose entries are
+out of order, is refused (``CorruptIndex``) so the caller rebuilds it. Not thread-safe: the event loop owns them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_right
+
+
+class CorruptIndex(ValueError):
+    pass
+
+
+class _Index:
+    ENTRY: struct.Struct
+
+    def __init__(self, path: str, base_offset: int):
+        self.path = path
+        self.base_offset = base_offset
+        self.keys = array("q")  # offsets (OffsetIndex) or timestamps (TimeIndex), ascending
+        self.values = array("q")
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def load(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size % self.ENTRY.size:
+            raise CorruptIndex(f"{self.path}: size {size} is not a multiple of {self.ENTRY.size}")
+        data = os.pread(self._fd, size, 0)
+        previous = None
+        for key, value in self._decode(data):
+            if previous is not None and key < previous:
+                raise CorruptIndex(f"{self.path}: entries out of order")
+            previous = key
+            self.keys.append(key)
+            self.values.append(value)
+
+    def reset(self) -> None:
+        os.ftruncate(self._fd, 0)
+        self.keys = array("q")
+        self.values = array("q")
+
+    def truncate_to_entries(self, count: int) -> None:
+        del self.keys[count:]
+        del self.values[count:]
+        os.ftruncate(self._fd, count * self.ENTRY.size)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def floor(self, key: int) -> int:
+        """Index of the last entry with key <= ``key``, or -1."""
+        return bisect_right(self.keys, key) - 1
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(_Index):
+    ENTRY = struct.Struct(">ii")
+
+    def _decode(self, data: bytes):
+        for rel, pos in self.ENTRY.iter_unpack(data):
+            yield self.base_offset + rel, pos
+
+    def append(self, offset: int, position: int) -> None:
+        if self.keys and offset <= self.keys[-1]:
+            return
+        os.write(self._fd, self.ENTRY.pack(offset - self.base_offset, position))
+        self.keys.append(offset)
+        self.values.append(position)
+
+    def lookup(self, offset: int) -> int:
+        """File position of the last indexed batch starting at or before ``offset`` (0 if none)."""
+        i = self.floor(offset)
+        return 0 if i < 0 else self.values[i]
+
+    @property
+    def last_position(self) -> int:
+        return self.values[-1] if self.values else 0
+
+
+class TimeIndex(_Index):
+    ENTRY = struct.Struct(">qi")
+
+    def _decode(self, data: bytes):
+        for ts, rel in self.ENTRY.iter_unpack(data):
+            yield ts, self.base_offset + rel
+
+    def append(self, timestamp: int, offset: int) -> None:
+        if self.keys and timestamp <= self.keys[-1]:
+            return
+        os.write(self._fd, self.ENTRY.pack(timestamp, offset - self.base_offset))
+        self.keys.append(timestamp)
+        self.values.append(offset)
+
+    def lookup(self, timestamp: int) -> int:
+        """Base offset of a batch at or before the first one with a timestamp >= ``timestamp``."""
+        i = bisect_right(self.keys, timestamp - 1) - 1
+        return self.base_offset if i < 0 else self.values[i]
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.keys[-1] if self.keys else -1

@@ -1,0 +1,237 @@
+"""A partition's log: an ordered list of segments in one directory (``<topic>-<partition>``).
+
+Invariants: segments are sorted by base offset and contiguous; only the last (active) segment is appended to
+and it is never deleted by retention; ``log_start_offset <= high_watermark <= log_end_offset``. The
+``recovery_point`` is the offset below which everything is known to be on disk (fsync'd).
+Not thread-safe: the broker's event loop owns every log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from broker.log.segment import FileRegion, LogSegment
+from broker.protocol import records
+from broker.protocol.record_reader import record_timestamps
+
+log = logging.getLogger(__name__)
+
+
+class OffsetOutOfRange(Exception):
+    pass
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 1024**3
+    roll_ms: int = 7 * 24 * 3_600_000
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3_600_000
+    retention_bytes: int = -1
+    flush_interval_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    max_message_bytes: int = 1048588
+    file_delete_delay_ms: int = 60_000
+
+
+class PartitionLog:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
+                 recovery_point: int = 0, log_start_offset: int = 0, clean_shutdown: bool = True):
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.leader_epoch = 0
+        self.recovery_point = recovery_point
+        self._unflushed_messages = 0
+        self._last_flush_ms = int(time.time() * 1000)
+        os.makedirs(directory, exist_ok=True)
+        self._load(clean_shutdown)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.high_watermark = self.log_end_offset
+
+    # ---- loading ------------------------------------------------------------------------------------------
+    def _load(self, clean_shutdown: bool) -> None:
+        bases = sorted(int(name[:-4]) for name in os.listdir(self.dir)
+                       if name.endswith(".log") and name[:-4].isdigit())
+        for name in os.listdir(self.dir):  # left-overs of a deletion interrupted by a crash
+            if name.endswith(".deleted"):
+                os.unlink(os.path.join(self.dir, name))
+        for i, base in enumerate(bases):
+            segment = LogSegment(self.dir, base, self.config.index_interval_bytes)
+            following = bases[i + 1] if i + 1 < len(bases) else None
+            if clean_shutdown or (following is not None and following <= self.recovery_point):
+                segment.load()
+            else:
+                segment.recover(self.config.max_message_bytes + records.LOG_OVERHEAD)
+            self._add(segment)
+        if not self.segments:
+            self._add(LogSegment(self.dir, 0, self.config.index_interval_bytes))
+        if not clean_shutdown:
+            # A recovered segment may have lost its tail; any later segment is then unreachable garbage.
+            for i in range(len(self.segments) - 1):
+                if self.segments[i].next_offset < self.segments[i + 1].base_offset:
+                    for dropped in self.segments[i + 1:]:
+                        log.warning("recovery: dropping segment %s after a truncated one", dropped.path)
+                        dropped.delete()
+                    del self.segments[i + 1:]
+                    del self._bases[i + 1:]
+                    break
+        self.recovery_point = self.log_end_offset
+
+    def _add(self, segment: LogSegment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # ---- offsets ------------------------------------------------------------------------------------------
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # ---- writes -------------------------------------------------------------------------------------------
+    def append(self, data, summary: records.BatchSummary) -> int:
+        """Append validated batches; returns the base offset assigned to the first one."""
+        base = self.log_end_offset
+        patched, next_offset = records.assign_offsets(data, base, self.leader_epoch)
+        self._maybe_roll(len(patched))
+        self.active.append(patched, base, next_offset, summary.max_timestamp)
+        self.high_watermark = next_offset  # standalone: the leader is the whole ISR
+        self._unflushed_messages += summary.records
+        if self._unflushed_messages >= self.config.flush_interval_messages:
+            self.flush()
+        return base
+
+    def _maybe_roll(self, incoming: int) -> None:
+        active = self.active
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = (active.first_append_ms is not None
+                   and time.time() * 1000 - active.first_append_ms > self.config.roll_ms)
+        if too_big or too_old:
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Close the active segment for appends and start a new one at the log end offset."""
+        if self.active.size == 0:
+            return self.active
+        self.active.flush()
+        self.recovery_point = self.log_end_offset
+        self._add(LogSegment(self.dir, self.log_end_offset, self.config.index_interval_bytes))
+        return self.active
+
+    def flush(self) -> None:
+        self.active.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = int(time.time() * 1000)
+
+    def flush_if_due(self, now_ms: int) -> None:
+        if self._unflushed_messages and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    # ---- reads --------------------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+        """Bytes starting at the batch containing ``offset``, up to the high watermark."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset)
+        if offset >= self.high_watermark:
+            return None
+        i = bisect_right(self._bases, offset) - 1
+        while i < len(self.segments):
+            segment = self.segments[i]
+            region = segment.read(offset, max_bytes)
+            if region is not None:
+                return region
+            i += 1
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with a timestamp >= ``timestamp``, or None."""
+        for segment in self.segments:
+            found = segment.find_timestamp(timestamp)
+            if found is None:
+                continue
+            position, size = found
+            for offset, ts in record_timestamps(os.pread(segment.fd, size, position)):
+                if ts >= timestamp and offset >= self.log_start_offset:
+                    return ts, offset
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the record with the largest timestamp (the first such), or None."""
+        best = None
+        for segment in self.segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[0]):
+                best = (segment.max_timestamp, segment)
+        if best is None:
+            return None
+        return self.offset_for_timestamp(best[0])
+
+    @property
+    def max_timestamp(self) -> int:
+        return max(s.max_timestamp for s in self.segments)
+
+    # ---- retention ----------------------------------------------------------------------------------------
+    def apply_retention(self, now_ms: int, schedule_delete) -> int:
+        """Delete old segments by time, then by size; never the active one. Returns segments deleted."""
+        deleted = 0
+        retention_ms = self.config.retention_ms
+        retention_bytes = self.config.retention_bytes
+        size = self.size_bytes
+        while len(self.segments) > 1:
+            oldest = self.segments[0]
+            expired = retention_ms >= 0 and oldest.max_timestamp >= 0 and now_ms - oldest.max_timestamp > retention_ms
+            oversize = retention_bytes >= 0 and size - oldest.size >= retention_bytes
+            if not (expired or oversize):
+                break
+            size -= oldest.size
+            self.segments.pop(0)
+            self._bases.pop(0)
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            self._delete_later(oldest, schedule_delete)
+            deleted += 1
+        return deleted
+
+    def _delete_later(self, segment: LogSegment, schedule_delete) -> None:
+        """Rename to ``.deleted`` now; close and unlink after ``file.delete.delay.ms`` so in-flight
+        sendfile calls on the old descriptors finish."""
+        for path in (segment.path, segment.offset_index.path, segment.time_index.path):
+            try:
+                os.rename(path, path + ".deleted")
+            except FileNotFoundError:
+                pass
+        segment.path += ".deleted"
+        segment.offset_index.path += ".deleted"
+        segment.time_index.path += ".deleted"
+        schedule_delete(self.config.file_delete_delay_ms / 1000, segment.delete)
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.delete()
+        self.segments.clear()
+        self._bases.clear()
+        try:
+            for name in os.listdir(self.dir):
+                os.unlink(os.path.join(self.dir, name))
+            os.rmdir(self.dir)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()

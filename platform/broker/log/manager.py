@@ -1,0 +1,140 @@
+"""All partition logs of a broker across its ``log.dirs``, their checkpoints and background duties.
+
+Per log dir, in Kafka's text checkpoint format (``0`` version line, entry count, ``topic partition offset``
+lines): ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``. A ``.kafka_cleanshutdown``
+marker is written after a clean shutdown; without it, start-up recovers every segment past the recovery point.
+Not thread-safe: the broker's event loop owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from typing import Callable
+
+from broker.log.log import LogConfig, PartitionLog
+
+log = logging.getLogger(__name__)
+
+RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+_DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for line in lines[2:]:
+        topic, partition, offset = line.rsplit(" ", 2)
+        out[(topic, int(partition))] = int(offset)
+    return out
+
+
+def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"0\n{len(entries)}\n")
+        for (topic, partition), offset in sorted(entries.items()):
+            f.write(f"{topic} {partition} {offset}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[str], config_for: Callable[[str], LogConfig]):
+        self.log_dirs = log_dirs
+        self.config_for = config_for
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+
+    def load(self) -> None:
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN)
+            clean = os.path.exists(marker)
+            recovery = read_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT))
+            starts = read_checkpoint(os.path.join(log_dir, START_CHECKPOINT))
+            for name in sorted(os.listdir(log_dir)):
+                match = _DIR_NAME.match(name)
+                path = os.path.join(log_dir, name)
+                if not match or not os.path.isdir(path):
+                    continue
+                key = (match["topic"], int(match["partition"]))
+                started = time.monotonic()
+                self.logs[key] = PartitionLog(
+                    path, key[0], key[1], self.config_for(key[0]),
+                    recovery_point=recovery.get(key, 0), log_start_offset=starts.get(key, 0),
+                    clean_shutdown=clean,
+                )
+                self._dir_of[key] = log_dir
+                if not clean:
+                    log.info("recovered %s-%d in %.3fs", key[0], key[1], time.monotonic() - started)
+            if clean:
+                os.unlink(marker)  # a crash from now on must trigger recovery
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((topic, partition))
+
+    def create(self, topic: str, partition: int) -> PartitionLog:
+        key = (topic, partition)
+        if key in self.logs:
+            return self.logs[key]
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # fewest partitions, as Kafka picks
+        self.logs[key] = PartitionLog(os.path.join(log_dir, f"{topic}-{partition}"), topic, partition,
+                                      self.config_for(topic))
+        self._dir_of[key] = log_dir
+        return self.logs[key]
+
+    def delete_topic(self, topic: str) -> None:
+        for key in [k for k in self.logs if k[0] == topic]:
+            self.logs.pop(key).delete()
+            self._dir_of.pop(key, None)
+        self.checkpoint()
+
+    def reconfigure(self, topic: str) -> None:
+        config = self.config_for(topic)
+        for (t, _), partition_log in self.logs.items():
+            if t == topic:
+                partition_log.config = config
+
+    def checkpoint(self) -> None:
+        for log_dir in self.log_dirs:
+            keys = [k for k, d in self._dir_of.items() if d == log_dir]
+            write_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT),
+                             {k: self.logs[k].recovery_point for k in keys})
+            write_checkpoint(os.path.join(log_dir, START_CHECKPOINT),
+                             {k: self.logs[k].log_start_offset for k in keys})
+
+    def flush_due(self) -> None:
+        now = int(time.time() * 1000)
+        for partition_log in self.logs.values():
+            partition_log.flush_if_due(now)
+
+    def apply_retention(self, schedule_delete) -> int:
+        now = int(time.time() * 1000)
+        deleted = sum(p.apply_retention(now, schedule_delete) for p in self.logs.values())
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def shutdown(self) -> None:
+        """Flush everything, write checkpoints and the clean-shutdown marker, close all files."""
+        for partition_log in self.logs.values():
+            partition_log.flush()
+        self.checkpoint()
+        for partition_log in self.logs.values():
+            partition_log.close()
+        for log_dir in self.log_dirs:
+            with open(os.path.join(log_dir, CLEAN_SHUTDOWN), "w"):
+                pass

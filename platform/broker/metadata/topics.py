@@ -1,0 +1,127 @@
+"""Topic metadata: names, partition counts, topic ids and per-topic config overrides.
+
+Standalone mode keeps it in ``<first log dir>/logbus-topics.json`` (written atomically). The cluster issue
+replaces the store with ZooKeeper's ``/brokers/topics`` and ``/config/topics``; handlers only see
+:class:`TopicStore`'s methods, so they do not change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+
+# Topic-level config names (Kafka's), with the broker key that supplies the default.
+TOPIC_CONFIGS: dict[str, str | None] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "retention.ms": None,
+    "retention.bytes": "log.retention.bytes",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": None,
+    "segment.index.bytes": None,
+    "index.interval.bytes": "log.index.interval.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": None,
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": None,
+    "min.insync.replicas": None,
+    "file.delete.delay.ms": None,
+}
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class TopicError(ValueError):
+    """Carries the Kafka error name to answer with (e.g. ``invalid_topic_exception``)."""
+
+    def __init__(self, error: str, message: str):
+        super().__init__(message)
+        self.error = error
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise TopicError("invalid_topic_exception", "topic name is empty or '.'/'..'")
+    if len(name) > 249:
+        raise TopicError("invalid_topic_exception", "topic name longer than 249 characters")
+    if not _LEGAL.match(name):
+        raise TopicError("invalid_topic_exception", f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+def validate_topic_configs(configs: dict[str, str]) -> None:
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise TopicError("invalid_config", f"unknown topic config {key!r}")
+        if key == "cleanup.policy":
+            if not set(value.split(",")) <= {"delete", "compact"}:
+                raise TopicError("invalid_config", f"cleanup.policy must be delete and/or compact, not {value!r}")
+        elif key == "message.timestamp.type":
+            if value != "CreateTime":
+                raise TopicError("invalid_config", "only message.timestamp.type=CreateTime is supported")
+        else:
+            try:
+                int(value)
+            except ValueError:
+                raise TopicError("invalid_config", f"{key} must be an integer, not {value!r}") from None
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    partitions: int
+    topic_id: uuid.UUID
+    configs: dict[str, str] = field(default_factory=dict)
+    replication_factor: int = 1
+
+
+class TopicStore:
+    FILE = "logbus-topics.json"
+
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, self.FILE)
+        self.topics: dict[str, TopicInfo] = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                for item in json.load(f):
+                    info = TopicInfo(item["name"], item["partitions"], uuid.UUID(item["topic_id"]),
+                                     item.get("configs", {}), item.get("replication_factor", 1))
+                    self.topics[info.name] = info
+
+    def _save(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump([{"name": t.name, "partitions": t.partitions, "topic_id": str(t.topic_id),
+                        "configs": t.configs, "replication_factor": t.replication_factor}
+                       for t in self.topics.values()], f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
+    def create(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+               validate_only: bool = False) -> TopicInfo:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicError("topic_already_exists", f"topic {name!r} already exists")
+        if partitions < 1:
+            raise TopicError("invalid_partitions", "number of partitions must be at least 1")
+        if replication_factor != 1:
+            raise TopicError("invalid_replication_factor",
+                             f"replication factor {replication_factor} is larger than the 1 available broker")
+        validate_topic_configs(configs)
+        info = TopicInfo(name, partitions, uuid.uuid4(), dict(configs), replication_factor)
+        if not validate_only:
+            self.topics[name] = info
+            self._save()
+        return info
+
+    def delete(self, name: str) -> None:
+        if self.topics.pop(name, None) is None:
+            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        self._save()

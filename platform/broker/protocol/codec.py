@@ -1,0 +1,143 @@
+"""Request/response framing over the generated message types of ``kio`` (Kafka's JSON specs).
+
+Frames are ``int32 size`` + payload. A request payload is a header (v1, or v2 with tagged fields when the
+(api key, version) is flexible) and a body; a response is ``correlation_id`` (+ tagged fields when
+flexible, except ApiVersions, which always uses response header v0 — KIP-511) and a body.
+Bytes in, typed messages out: this module does no I/O.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY = 18
+_HEADER = struct.Struct(">hhih")
+_INT32 = struct.Struct(">i")
+
+
+class MalformedRequest(ValueError):
+    """The bytes cannot be a request of the version they claim."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise MalformedRequest("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise MalformedRequest("varint too long")
+
+
+def write_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+@lru_cache(maxsize=None)
+def request_type(api_key: int, version: int):
+    return load_request_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def response_type(api_key: int, version: int):
+    return load_response_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def _reader(api_key: int, version: int):
+    return entity_reader(request_type(api_key, version))
+
+
+@lru_cache(maxsize=None)
+def _writer(api_key: int, version: int):
+    return entity_writer(response_type(api_key, version))
+
+
+@lru_cache(maxsize=None)
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_type(api_key, version).__flexible__)
+
+
+def read_header(payload, flexible_lookup=is_flexible) -> RequestHeader:
+    """Parse the request header; ``flexible_lookup`` decides whether a tagged-field section follows."""
+    if len(payload) < _HEADER.size:
+        raise MalformedRequest("request shorter than its header")
+    api_key, version, correlation_id, client_len = _HEADER.unpack_from(payload, 0)
+    pos = _HEADER.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(payload):
+            raise MalformedRequest("client id runs past the frame")
+        client_id = bytes(payload[pos : pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    header = RequestHeader(api_key, version, correlation_id, client_id, pos)
+    try:
+        flexible = flexible_lookup(api_key, version)
+    except Exception:
+        return header  # unknown (key, version): the caller decides; the body is not parsed
+    if flexible:
+        count, pos = read_uvarint(payload, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(payload, pos)
+            size, pos = read_uvarint(payload, pos)
+            pos += size
+        if pos > len(payload):
+            raise MalformedRequest("tagged fields run past the frame")
+        header = RequestHeader(api_key, version, correlation_id, client_id, pos)
+    return header
+
+
+def decode_body(header: RequestHeader, payload):
+    """The typed request body; raises MalformedRequest on any decoding failure."""
+    try:
+        body, end = _reader(header.api_key, header.api_version)(payload, header.body_offset)
+    except Exception as exc:  # kio raises a variety of errors on bad input
+        raise MalformedRequest(f"cannot decode api {header.api_key} v{header.api_version}: {exc}") from exc
+    return body
+
+
+def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
+    if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
+        return _INT32.pack(correlation_id) + b"\x00"
+    return _INT32.pack(correlation_id)
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body) -> bytes:
+    """A whole response frame (size prefix included)."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(response_header(api_key, version, correlation_id))
+    _writer(api_key, version)(buf, body)
+    data = buf.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+def frame(parts_size: int) -> bytes:
+    return _INT32.pack(parts_size)

@@ -1,0 +1,154 @@
+"""Record batch v2 (magic 2) headers: parse, validate and patch without touching the records.
+
+Layout (big-endian), from Kafka's ``DefaultRecordBatch``::
+
+    0  baseOffset int64        | 8 lengthOfRest int32 | 12 partitionLeaderEpoch int32 | 16 magic int8
+    17 crc uint32 (CRC-32C of bytes 21..end)        | 21 attributes int16 | 23 lastOffsetDelta int32
+    27 baseTimestamp int64     | 35 maxTimestamp int64 | 43 producerId int64 | 51 producerEpoch int16
+    53 baseSequence int32      | 57 recordCount int32 | 61 records...
+
+Base offset and leader epoch are outside the CRC, so the broker patches them in place; nothing else in a
+batch is ever rewritten. Only header fields are read here: no per-record work on the produce/fetch path.
+This module does no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + length
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_EPOCH = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_PREFIX = struct.Struct(">qi")
+
+
+class InvalidBatch(ValueError):
+    """The bytes are not a sequence of whole, valid magic-2 record batches."""
+
+
+class CorruptBatch(InvalidBatch):
+    """A batch's CRC does not match its contents."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    length: int  # bytes after the length field
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return self.length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & 0x07
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    if len(buf) - pos < HEADER_SIZE:
+        raise InvalidBatch("truncated batch header")
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def read_prefix(buf, pos: int = 0) -> tuple[int, int]:
+    """(base offset, total size) of the batch at ``pos``, from its first 12 bytes."""
+    base, length = _PREFIX.unpack_from(buf, pos)
+    return base, length + LOG_OVERHEAD
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSummary:
+    """What the log needs to know of validated, incoming bytes (one or more whole batches)."""
+
+    batches: int
+    records: int
+    offset_count: int  # sum of lastOffsetDelta+1: offsets the batches occupy
+    max_timestamp: int
+    first_timestamp: int
+
+
+def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> BatchSummary:
+    """Check that ``buf`` is whole magic-2 batches with valid CRCs. Raises InvalidBatch/CorruptBatch."""
+    view = memoryview(buf)
+    pos = 0
+    total = len(view)
+    batches = records = offsets = 0
+    max_ts = first_ts = -1
+    while pos < total:
+        header = read_header(view, pos)
+        size = header.size
+        if header.magic != 2:
+            raise InvalidBatch(f"unsupported magic {header.magic}")
+        if header.length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
+            raise InvalidBatch("batch length does not match the bytes sent")
+        if size > max_batch_bytes:
+            raise BatchTooLarge(size)
+        if header.last_offset_delta < 0 or header.record_count < 0:
+            raise InvalidBatch("negative record count")
+        if crc32c.crc32c(view[pos + 21 : pos + size]) != header.crc:
+            raise CorruptBatch("CRC-32C mismatch")
+        if batches == 0:
+            first_ts = header.base_timestamp
+        batches += 1
+        records += header.record_count
+        offsets += header.last_offset_delta + 1
+        max_ts = max(max_ts, header.max_timestamp)
+        pos += size
+    if batches == 0:
+        raise InvalidBatch("no record batch")
+    return BatchSummary(batches, records, offsets, max_ts, first_ts)
+
+
+class BatchTooLarge(InvalidBatch):
+    def __init__(self, size: int):
+        super().__init__(f"batch of {size} bytes exceeds message.max.bytes")
+        self.size = size
+
+
+def assign_offsets(buf: bytes, base_offset: int, leader_epoch: int) -> tuple[bytearray, int]:
+    """Copy ``buf`` (validated batches) with base offsets and leader epochs patched.
+
+    Returns the patched bytes and the next offset after them. One copy per request, per-batch work only.
+    """
+    out = bytearray(buf)
+    pos = 0
+    offset = base_offset
+    total = len(out)
+    while pos < total:
+        _, length = _PREFIX.unpack_from(out, pos)
+        last_delta = struct.unpack_from(">i", out, pos + 23)[0]
+        _OFFSET_AND_EPOCH.pack_into(out, pos, offset)
+        _EPOCH.pack_into(out, pos + 12, leader_epoch)
+        offset += last_delta + 1
+        pos += length + LOG_OVERHEAD
+    return out, offset
+
+
+def crc_ok(buf, pos: int, size: int) -> bool:
+    view = memoryview(buf)
+    crc = struct.unpack_from(">I", view, pos + 17)[0]
+    return crc32c.crc32c(view[pos + 21 : pos + size]) == crc

@@ -1,0 +1,62 @@
+"""The ``logbus`` command: one verb per service (``broker`` now; the cluster, registry, mirror, audit and
+loads issues add theirs). Errors are one line on stderr and a non-zero exit code."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from broker.config import BrokerConfig
+    from broker.server import run
+
+    config = BrokerConfig.load(args.config, args.override or [])
+    run(config)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from logbus.demo import run_demo
+
+    return run_demo(args.state_dir, args.messages)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="logbus", description="The 2011 Kafka paper's log pipeline, runnable.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    broker = verbs.add_parser("broker", help="run one Kafka-compatible broker in the foreground")
+    broker.add_argument("config", help="Kafka-style properties file (broker.id, listeners, log.dirs, ...)")
+    broker.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
+    broker.set_defaults(func=_broker)
+
+    demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
+    demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")
+    demo.add_argument("--messages", type=int, default=100_000, help="events to produce (default 100000)")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from broker.config import ConfigError
+
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"logbus: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
