@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 # Kafka's DescribeConfigs config sources.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 CHECKPOINT_INTERVAL_S = 60
+PRODUCER_ID_BLOCK = 1000
 
 
 def read_meta_properties(log_dir: str) -> dict[str, str]:
@@ -49,6 +50,7 @@ class Broker:
         self.listener: KafkaListener | None = None
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self._pid_next = self._pid_end = 0
 
     def _init_meta(self) -> str:
         cluster_id = None
@@ -143,6 +145,18 @@ class Broker:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return 0
+
+    def next_producer_id(self) -> int:
+        """Unique across restarts: ids are reserved in blocks recorded in ``producer-id-block``."""
+        if self._pid_next >= self._pid_end:
+            path = os.path.join(self.log_dirs[0], "producer-id-block")
+            start = int(open(path).read()) if os.path.exists(path) else 0
+            with open(path + ".tmp", "w") as f:
+                f.write(str(start + PRODUCER_ID_BLOCK))
+            os.replace(path + ".tmp", path)
+            self._pid_next, self._pid_end = start, start + PRODUCER_ID_BLOCK
+        self._pid_next += 1
+        return self._pid_next - 1
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -6,6 +6,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     delete_topics,
     describe_configs,
     fetch,
+    init_producer_id,
     list_offsets,
     metadata,
     produce,

@@ -7,6 +7,7 @@ nothing of it is written; the other partitions of the request are unaffected.
 
 from broker.handlers.registry import NO_RESPONSE, handles
 from broker.log.log import PartitionLog
+from broker.log.producer_state import DuplicateSequence, InvalidProducerEpoch, OutOfOrderSequence
 from broker.protocol import records
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 
@@ -29,6 +30,12 @@ def append_partition(broker, topic: str, partition: int, data) -> tuple[ErrorCod
         return ErrorCode.corrupt_message, -1, plog.log_start_offset, str(exc)
     try:
         base = plog.append(data, summary)
+    except DuplicateSequence as dup:
+        return ErrorCode.none, dup.base_offset, plog.log_start_offset, None
+    except OutOfOrderSequence as exc:
+        return ErrorCode.out_of_order_sequence_number, -1, plog.log_start_offset, str(exc)
+    except InvalidProducerEpoch as exc:
+        return ErrorCode.invalid_producer_epoch, -1, plog.log_start_offset, str(exc)
     except OSError as exc:
         return ErrorCode.kafka_storage_error, -1, plog.log_start_offset, str(exc)
     broker.notify_append(topic, partition)

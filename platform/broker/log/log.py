@@ -14,6 +14,7 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import FileRegion, LogSegment
 from broker.protocol import records
 from broker.protocol.record_reader import record_timestamps
@@ -49,6 +50,7 @@ class PartitionLog:
         self._bases: list[int] = []
         self.leader_epoch = 0
         self.recovery_point = recovery_point
+        self.producers = ProducerStateManager()
         self._unflushed_messages = 0
         self._last_flush_ms = int(time.time() * 1000)
         os.makedirs(directory, exist_ok=True)
@@ -105,11 +107,14 @@ class PartitionLog:
     # ---- writes -------------------------------------------------------------------------------------------
     def append(self, data, summary: records.BatchSummary) -> int:
         """Append validated batches; returns the base offset assigned to the first one."""
+        pid, epoch = summary.producer_id, summary.producer_epoch
+        self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence)
         base = self.log_end_offset
         patched, next_offset = records.assign_offsets(data, base, self.leader_epoch)
         self._maybe_roll(len(patched))
         self.active.append(patched, base, next_offset, summary.max_timestamp)
         self.high_watermark = next_offset  # standalone: the leader is the whole ISR
+        self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base)
         self._unflushed_messages += summary.records
         if self._unflushed_messages >= self.config.flush_interval_messages:
             self.flush()

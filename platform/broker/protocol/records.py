@@ -89,6 +89,10 @@ class BatchSummary:
     offset_count: int  # sum of lastOffsetDelta+1: offsets the batches occupy
     max_timestamp: int
     first_timestamp: int
+    producer_id: int = -1  # of the first batch (Produce v3+ carries exactly one)
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
 
 
 def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> BatchSummary:
@@ -113,6 +117,7 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
             raise CorruptBatch("CRC-32C mismatch")
         if batches == 0:
             first_ts = header.base_timestamp
+            first = header
         batches += 1
         records += header.record_count
         offsets += header.last_offset_delta + 1
@@ -120,7 +125,9 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
         pos += size
     if batches == 0:
         raise InvalidBatch("no record batch")
-    return BatchSummary(batches, records, offsets, max_ts, first_ts)
+    last_seq = first.base_sequence + first.last_offset_delta if first.base_sequence >= 0 else -1
+    return BatchSummary(batches, records, offsets, max_ts, first_ts, first.producer_id, first.producer_epoch,
+                        first.base_sequence, last_seq)
 
 
 class BatchTooLarge(InvalidBatch):

@@ -1,0 +1,31 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A standalone broker shared by a test module; every test uses its own topics."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"), num_partitions=1).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def fresh_broker(tmp_path):
+    """A broker of the test's own, for tests that restart, kill or reconfigure it."""
+    procs = []
+
+    def make(**overrides):
+        proc = BrokerProcess(tmp_path / f"b{len(procs)}", **overrides)
+        procs.append(proc)
+        return proc
+
+    yield make
+    for proc in procs:
+        proc.stop()
