@@ -158,3 +158,13 @@ def test_auto_creation_uses_num_partitions(broker):
     assert producer.flush(10) == 0
     meta = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(topic, timeout=10)
     assert len(meta.topics[topic].partitions) == 1
+
+
+def test_idempotent_producer(broker):
+    topic = topic_name("idem")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(5000):
+        producer.produce(topic, str(i).encode())
+    assert producer.flush(20) == 0
+    got = consume_all(broker.bootstrap, topic, 5000)
+    assert [m.value() for m in got] == [str(i).encode() for i in range(5000)]
