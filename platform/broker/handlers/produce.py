@@ -5,11 +5,11 @@ as received with base offset and leader epoch patched. A partition whose bytes a
 nothing of it is written; the other partitions of the request are unaffected.
 """
 
-from broker.handlers.registry import NO_RESPONSE, handles
+from broker.handlers.registry import NO_RESPONSE, RawResponse, handles
 from broker.log.log import PartitionLog
 from broker.log.producer_state import DuplicateSequence, InvalidProducerEpoch, OutOfOrderSequence
-from broker.protocol import records
-from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.protocol import produce_response, records
+from broker.protocol.messages import ErrorCode
 
 KEY = 0
 
@@ -45,10 +45,7 @@ def append_partition(broker, topic: str, partition: int, data) -> tuple[ErrorCod
 @handles(KEY, "Produce", 3, 9)
 def handle(broker, header, request):
     acks = request.acks
-    cls = response_class(KEY, header.api_version)
-    topic_cls = nested(cls, "TopicProduceResponse")
-    partition_cls = nested(cls, "PartitionProduceResponse")
-    responses = []
+    topics = []
     for topic in request.topic_data:
         results = []
         for pdata in topic.partition_data:
@@ -56,10 +53,8 @@ def handle(broker, header, request):
                 error, base, start, message = ErrorCode.invalid_required_acks, -1, -1, None
             else:
                 error, base, start, message = append_partition(broker, topic.name, pdata.index, pdata.records)
-            results.append(build(partition_cls, index=pdata.index, error_code=error, base_offset=base,
-                                 log_append_time=None, log_start_offset=start, record_errors=(),
-                                 error_message=message))
-        responses.append(build(topic_cls, name=topic.name, partition_responses=tuple(results)))
+            results.append((pdata.index, error.value, base, start, message))
+        topics.append((topic.name, results))
     if acks == 0:
         return NO_RESPONSE
-    return build(cls, responses=tuple(responses), throttle_time=0)
+    return RawResponse([produce_response.encode(header.api_version, header.correlation_id, topics)])
