@@ -106,6 +106,27 @@ def consume(broker: BrokerProcess, topic: str, count: int) -> dict:
             "client_cpu_s": round(self_cpu() - client_cpu0, 2), "broker_cpu_s": round(broker_cpu, 2)}
 
 
+def consume_kcat(broker: BrokerProcess, topic: str, count: int) -> dict:
+    """The same pull with kcat (C; Debian's build links an older librdkafka without fetch.queue.backoff.ms):
+    no Python work per message on the client side."""
+    cmd = ["kcat", "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "1", "-c", str(count), "-q",
+           "-f", "", "-X", "fetch.max.bytes=204800", "-X", "max.partition.fetch.bytes=204800",
+           "-X", "message.max.bytes=204800",
+           "-X", "queued.min.messages=1000000"]
+    broker_cpu0 = cpu_seconds(broker.proc.pid)
+    start = time.perf_counter()
+    before = os.times()
+    subprocess.run(cmd, check=True, timeout=600, stdout=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - start
+    after = os.times()
+    broker_cpu = cpu_seconds(broker.proc.pid) - broker_cpu0
+    return {"messages": count, "seconds": round(elapsed, 3), "msg_per_s": round(count / elapsed),
+            "MB_per_s": round(count * PAYLOAD / elapsed / 1e6, 1),
+            "broker_cpu_s_per_GB": round(broker_cpu / (count * PAYLOAD / 1e9), 1),
+            "client_cpu_s": round(after.children_user + after.children_system - before.children_user
+                                  - before.children_system, 2), "broker_cpu_s": round(broker_cpu, 2)}
+
+
 def disk_overhead(broker: BrokerProcess, topic: str, count: int) -> float:
     size = sum(p.stat().st_size for p in (broker.log_dir / f"{topic}-0").glob("*.log"))
     return round(size / (count + 1) - PAYLOAD, 2)
@@ -135,6 +156,8 @@ def main() -> int:
                 print(name, results[f"producer_{name}"], flush=True)
             results["consumer"] = consume(broker, "bench-batch50", args.messages)
             print("consumer", results["consumer"], flush=True)
+            results["consumer_kcat"] = consume_kcat(broker, "bench-batch50", args.messages)
+            print("consumer_kcat", results["consumer_kcat"], flush=True)
         finally:
             broker.stop()
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -152,7 +175,8 @@ def write_table(results: dict, path: Path) -> None:
         ("Producer, unbatched (batch of 1)", results["producer_unbatched"], PAPER["unbatched"]),
         ("Producer, batches of 50", results["producer_batch50"], PAPER["batch50"]),
         ("Producer, librdkafka default batching", results["producer_default"], None),
-        ("Consumer, ~200 KB fetches", results["consumer"], PAPER["consumer"]),
+        ("Consumer (confluent-kafka), ~200 KB fetches", results["consumer"], PAPER["consumer"]),
+        ("Consumer (kcat), ~200 KB fetches", results["consumer_kcat"], PAPER["consumer"]),
     ]
     lines = [
         "# Paper §5 experiment: one logbus broker, confluent-kafka, 200-byte messages",
@@ -177,11 +201,12 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = ["producer\nbatch 1", "producer\nbatch 50", "producer\ndefault", "consumer"]
+    labels = ["producer\nbatch 1", "producer\nbatch 50", "producer\ndefault", "consumer\n(Python)",
+              "consumer\n(kcat)"]
     ours = [results[k]["msg_per_s"] for k in ("producer_unbatched", "producer_batch50", "producer_default",
-                                               "consumer")]
-    paper = [PAPER["unbatched"], PAPER["batch50"], 0, PAPER["consumer"]]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+                                               "consumer", "consumer_kcat")]
+    paper = [PAPER["unbatched"], PAPER["batch50"], 0, PAPER["consumer"], PAPER["consumer"]]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     x = range(len(labels))
     ax.bar([i - 0.2 for i in x], ours, width=0.4, label="logbus (this machine)")
     ax.bar([i + 0.2 for i in x], paper, width=0.4, label="Kafka, 2011 paper")
