@@ -102,8 +102,8 @@ def run_demo(state_dir: str, messages: int) -> int:
         if got != messages:
             print(f"logbus demo: expected {messages} events, read {got}", file=sys.stderr)
             return 1
-        print(f"topic {TOPIC}: partitions {PARTITIONS}, end offsets now "
-              f"{[start_offsets[p] for p in range(PARTITIONS)]} -> (+{messages:,} events)")
+        print(f"topic {TOPIC}: {PARTITIONS} partitions; this run appended {messages:,} events after offsets "
+              f"{start_offsets} (earlier runs' data is kept)")
         return 0
     finally:
         if proc.poll() is None:

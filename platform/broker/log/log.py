@@ -187,10 +187,6 @@ class PartitionLog:
             return None
         return self.offset_for_timestamp(best[0])
 
-    @property
-    def max_timestamp(self) -> int:
-        return max(s.max_timestamp for s in self.segments)
-
     # ---- retention ----------------------------------------------------------------------------------------
     def apply_retention(self, now_ms: int, schedule_delete) -> int:
         """Delete old segments by time, then by size; never the active one. Returns segments deleted."""

@@ -102,12 +102,6 @@ class LogManager:
             self._dir_of.pop(key, None)
         self.checkpoint()
 
-    def reconfigure(self, topic: str) -> None:
-        config = self.config_for(topic)
-        for (t, _), partition_log in self.logs.items():
-            if t == topic:
-                partition_log.config = config
-
     def checkpoint(self) -> None:
         for log_dir in self.log_dirs:
             keys = [k for k, d in self._dir_of.items() if d == log_dir]

@@ -138,6 +138,3 @@ def encode_response(api_key: int, version: int, correlation_id: int, body) -> by
     del data
     return buf.getvalue()
 
-
-def frame(parts_size: int) -> bytes:
-    return _INT32.pack(parts_size)

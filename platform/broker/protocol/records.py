@@ -74,12 +74,6 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
-def read_prefix(buf, pos: int = 0) -> tuple[int, int]:
-    """(base offset, total size) of the batch at ``pos``, from its first 12 bytes."""
-    base, length = _PREFIX.unpack_from(buf, pos)
-    return base, length + LOG_OVERHEAD
-
-
 @dataclass(frozen=True, slots=True)
 class BatchSummary:
     """What the log needs to know of validated, incoming bytes (one or more whole batches)."""
@@ -88,7 +82,6 @@ class BatchSummary:
     records: int
     offset_count: int  # sum of lastOffsetDelta+1: offsets the batches occupy
     max_timestamp: int
-    first_timestamp: int
     producer_id: int = -1  # of the first batch (Produce v3+ carries exactly one)
     producer_epoch: int = -1
     base_sequence: int = -1
@@ -101,7 +94,7 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
     pos = 0
     total = len(view)
     batches = records = offsets = 0
-    max_ts = first_ts = -1
+    max_ts = -1
     while pos < total:
         header = read_header(view, pos)
         size = header.size
@@ -116,7 +109,6 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
         if crc32c.crc32c(view[pos + 21 : pos + size]) != header.crc:
             raise CorruptBatch("CRC-32C mismatch")
         if batches == 0:
-            first_ts = header.base_timestamp
             first = header
         batches += 1
         records += header.record_count
@@ -126,7 +118,7 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
     if batches == 0:
         raise InvalidBatch("no record batch")
     last_seq = first.base_sequence + first.last_offset_delta if first.base_sequence >= 0 else -1
-    return BatchSummary(batches, records, offsets, max_ts, first_ts, first.producer_id, first.producer_epoch,
+    return BatchSummary(batches, records, offsets, max_ts, first.producer_id, first.producer_epoch,
                         first.base_sequence, last_seq)
 
 
