@@ -134,8 +134,8 @@ class PartitionLog:
         """Close the active segment for appends and start a new one at the log end offset."""
         if self.active.size == 0:
             return self.active
-        self.active.flush()
-        self.recovery_point = self.log_end_offset
+        # No fsync here: it would block the event loop for as long as the OS takes to write the segment.
+        # The flush policy (or shutdown) makes it durable; until then recovery starts at the recovery point.
         self._add(LogSegment(self.dir, self.log_end_offset, self.config.index_interval_bytes))
         return self.active
 
