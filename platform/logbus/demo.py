@@ -9,7 +9,6 @@ cleanly. Running it again keeps the data and appends to it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -114,4 +113,3 @@ def run_demo(state_dir: str, messages: int) -> int:
                 proc.kill()
         broker_log.close()
         print("broker stopped" + (" cleanly" if proc.returncode == 0 else f" (exit {proc.returncode})"))
-        os.sync()

@@ -110,9 +110,9 @@ class PartitionLog:
         pid, epoch = summary.producer_id, summary.producer_epoch
         self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence)
         base = self.log_end_offset
-        patched, next_offset = records.assign_offsets(data, base, self.leader_epoch)
-        self._maybe_roll(len(patched))
-        self.active.append(patched, base, next_offset, summary.max_timestamp)
+        parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
+        self._maybe_roll(len(data))
+        self.active.append(parts, len(data), base, next_offset, summary.max_timestamp)
         self.high_watermark = next_offset  # standalone: the leader is the whole ISR
         self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base)
         self._unflushed_messages += summary.records

@@ -20,7 +20,7 @@ from broker.protocol import records
 log = logging.getLogger(__name__)
 
 _SCAN = struct.Struct(">qiibIhi")  # base offset .. lastOffsetDelta (27 bytes)
-_MAXTS = struct.Struct(">q")
+_IOV_MAX = 1024
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -117,17 +117,20 @@ class LogSegment:
         return truncated
 
     # ---- writes -------------------------------------------------------------------------------------------
-    def append(self, data: bytes | bytearray, base_offset: int, next_offset: int, max_timestamp: int) -> None:
-        """Append whole batches (offsets already assigned). One index entry at most per call."""
+    def append(self, parts: list, size: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
+        """Append whole batches (offsets already assigned), given as buffers totalling ``size`` bytes, in one
+        ``writev``. One index entry at most per call."""
         position = self.size
-        written = os.write(self.fd, data)
-        if written != len(data):  # a short write on a regular file means the disk is full
+        if len(parts) > _IOV_MAX:
+            parts = [b"".join(parts)]
+        written = os.writev(self.fd, parts)
+        if written != size:  # a short write on a regular file means the disk is full
             os.ftruncate(self.fd, position)
             raise OSError("short write to segment (disk full?)")
         if self.first_append_ms is None:
             self.first_append_ms = int(time.time() * 1000)
-        self._index_batch(base_offset, position, len(data), max_timestamp)
-        self.size += len(data)
+        self._index_batch(base_offset, position, size, max_timestamp)
+        self.size += size
         self.next_offset = next_offset
 
     def _index_batch(self, base_offset: int, position: int, size: int, max_timestamp: int) -> None:
