@@ -85,7 +85,8 @@ def main() -> int:
                 log_bytes = sum(p.stat().st_size for p in (broker.log_dir / f"{TOPIC}-0").glob("*.log"))
                 samples.append({"t": round(now - start, 1), "log_GB": round(log_bytes / 1e9, 3),
                                 "producer_msg_s": round((hw - last_hw) / (now - last_t)),
-                                "consumer_msg_s": round((pos - last_pos) / (now - last_t)), "consumer_lag": hw - 1 - pos})
+                                "consumer_msg_s": round((pos - last_pos) / (now - last_t)),
+                                "consumer_lag": hw - 1 - pos})
                 print(samples[-1], flush=True)
                 last_t, last_hw, last_pos = now, hw, pos
         producer.flush(600)

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import BrokerProcess  # noqa: E402
+from support import BrokerProcess, Cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +29,18 @@ def fresh_broker(tmp_path):
     yield make
     for proc in procs:
         proc.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A real ZooKeeper and three brokers; a test may pass overrides with ``cluster.make(**overrides)``."""
+    made = []
+
+    def make(size: int = 3, **overrides):
+        c = Cluster(tmp_path / f"cluster{len(made)}", size, **overrides)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.stop()

@@ -92,3 +92,127 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout}s")
+        time.sleep(interval)
+
+
+class ZooKeeperProcess:
+    """A real ZooKeeper (``logbus zookeeper``) on a free loopback port, data under ``workdir``."""
+
+    def __init__(self, workdir: Path, tick_time_ms: int = 250):
+        self.dir = Path(workdir)
+        self.port = free_port()
+        self.tick_time_ms = tick_time_ms
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "ZooKeeperProcess":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+        with open(self.dir / "zookeeper.out", "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "zookeeper", "--data-dir",
+                                          str(self.dir), "--port", str(self.port), "--tick-time",
+                                          str(self.tick_time_ms)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        wait_until(self.ruok, timeout=30, what="ZooKeeper answering ruok")
+        return self
+
+    def ruok(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"ruok")
+                return s.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class Cluster:
+    """A ZooKeeper and ``size`` brokers (ids 0..size-1) under one chroot; brokers stopped and started by id."""
+
+    def __init__(self, workdir: Path, size: int = 3, chroot: str = "/logbus", **overrides: object):
+        self.dir = Path(workdir)
+        self.zookeeper = ZooKeeperProcess(self.dir / "zk")
+        self.chroot = chroot
+        self.overrides = {"zookeeper_session_timeout_ms": 3000, "replica_lag_time_max_ms": 3000,
+                          "replica_fetch_wait_max_ms": 100, "replica_fetch_backoff_ms": 200,
+                          "num_partitions": 1, **overrides}
+        self.brokers: dict[int, BrokerProcess] = {}
+        self.size = size
+
+    def start(self) -> "Cluster":
+        self.zookeeper.start()
+        for i in range(self.size):
+            self.brokers[i] = BrokerProcess(self.dir / f"broker{i}", broker_id=i,
+                                            zookeeper_connect=self.zookeeper.connect + self.chroot,
+                                            **self.overrides)
+        for proc in self.brokers.values():
+            proc.start()
+        self.wait_registered(set(self.brokers))
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive())
+
+    def zk(self):
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.zookeeper.connect + self.chroot, timeout=5)
+        client.start(timeout=10)
+        return client
+
+    def registered(self) -> set[int]:
+        client = self.zk()
+        try:
+            return {int(c) for c in client.get_children("/brokers/ids")} if client.exists("/brokers/ids") else set()
+        finally:
+            client.stop()
+            client.close()
+
+    def wait_registered(self, ids: set[int], timeout: float = 30) -> None:
+        wait_until(lambda: self.registered() == ids, timeout, what=f"brokers {sorted(ids)} registered")
+
+    def state(self, topic: str, partition: int) -> dict:
+        import json
+
+        client = self.zk()
+        try:
+            data, _ = client.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+            return json.loads(data)
+        finally:
+            client.stop()
+            client.close()
+
+    def stop(self) -> None:
+        for proc in self.brokers.values():
+            if proc.proc is not None:
+                try:
+                    os.kill(proc.proc.pid, signal.SIGCONT)  # a test may have paused it
+                except ProcessLookupError:
+                    pass
+            proc.stop()
+        self.zookeeper.stop()

@@ -18,7 +18,7 @@ import time
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from support import BrokerProcess  # tests/support.py
 
-from benchkit.machine import allocated_bytes, tree_cpu, self_cpu
+from benchkit.machine import allocated_bytes, self_cpu, tree_cpu
 
 RUNS = {"batch1": {"batch.num.messages": 1, "linger.ms": 0},
         "batch50": {"batch.num.messages": 50, "linger.ms": 5},

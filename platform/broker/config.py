@@ -81,8 +81,23 @@ KEYS: dict[str, Key] = {
         Key("log.flush.scheduler.interval.ms", _int(1), LONG_MAX, "How often the flusher checks."),
         Key("message.max.bytes", _int(0), 1048588, "Largest record batch accepted."),
         Key("socket.request.max.bytes", _int(1), 104857600, "Largest request frame accepted."),
-        Key("zookeeper.connect", _str, None, "ZooKeeper connect string (cluster mode; see the cluster issue)."),
+        Key("zookeeper.connect", _str, None, "ZooKeeper host:port[/chroot]: cluster mode (none: standalone)."),
         Key("zookeeper.session.timeout.ms", _int(1), 18000, "ZooKeeper session timeout."),
+        Key("zookeeper.connection.timeout.ms", _int(1), None, "Wait this long for ZooKeeper at start-up "
+            "(default: the session timeout)."),
+        Key("broker.rack", _str, None, "Rack of this broker (shown in metadata)."),
+        Key("min.insync.replicas", _int(1), 1, "Replicas that must have a write for acks=all to succeed."),
+        Key("replica.lag.time.max.ms", _int(1), 30000, "A follower not caught up for this long leaves the ISR."),
+        Key("replica.fetch.wait.max.ms", _int(0), 500, "Longest wait of a follower's fetch."),
+        Key("replica.fetch.min.bytes", _int(1), 1, "Bytes a follower's fetch waits for."),
+        Key("replica.fetch.max.bytes", _int(1), 1048576, "Bytes per partition in a follower's fetch."),
+        Key("replica.fetch.response.max.bytes", _int(1), 10485760, "Bytes in a follower's fetch response."),
+        Key("replica.fetch.backoff.ms", _int(0), 1000, "Pause after a failed follower fetch."),
+        Key("replica.socket.timeout.ms", _int(1), 30000, "Socket timeout of follower fetches."),
+        Key("unclean.leader.election.enable", _bool, False, "Elect a replica outside the ISR when none is left "
+            "(may lose acknowledged data)."),
+        Key("auto.leader.rebalance.enable", _bool, True, "Move leadership back to the preferred replica."),
+        Key("leader.imbalance.check.interval.seconds", _int(1), 300, "How often the controller does that."),
         Key("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
     ]
 }

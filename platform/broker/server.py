@@ -1,8 +1,9 @@
 """A broker process: configuration, topics, partition logs, the Kafka listener and background duties.
 
 Standalone mode (no ``zookeeper.connect``): this broker is the whole cluster, leads every partition, and keeps
-topic metadata in its first log dir. Handlers reach everything through this object's methods, which the
-cluster mode will back with ZooKeeper instead.
+topic metadata in its first log dir. Cluster mode: topics, leaders and ISRs live in ZooKeeper and this broker
+leads or follows each partition it hosts (:mod:`broker.cluster.replica_manager`). Handlers reach both through
+this object's methods.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from broker.log.log import LogConfig, PartitionLog
 from broker.log.manager import LogManager
 from broker.metadata.topics import TOPIC_CONFIGS, TopicError, TopicInfo, TopicStore
 from broker.network.server import KafkaListener
+from broker.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +41,16 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.node_id: int = config["broker.id"]
-        if config["zookeeper.connect"]:
-            raise ConfigError("zookeeper.connect: cluster mode is not implemented yet (see the Cluster issue); "
-                              "remove it to run a standalone broker")
         self.log_dirs: list[str] = [os.path.abspath(d) for d in config["log.dirs"]]
         self.cluster_id = self._init_meta()
-        self.topics = TopicStore(self.log_dirs[0])
+        self.cluster = None
+        if config["zookeeper.connect"]:
+            from broker.cluster.replica_manager import ReplicaManager
+
+            self.cluster = ReplicaManager(self)
+            self.topics = self.cluster.metadata
+        else:
+            self.topics = TopicStore(self.log_dirs[0])
         self.logs = LogManager(self.log_dirs, self.log_config_for)
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listener: KafkaListener | None = None
@@ -62,11 +68,15 @@ class Broker:
                     raise ConfigError(f"broker.id {self.node_id} does not match broker.id={meta['broker.id']} "
                                       f"stored in {log_dir}/meta.properties")
                 cluster_id = cluster_id or meta.get("cluster.id")
-        cluster_id = cluster_id or uuid.uuid4().hex[:22]
+        if not self.config["zookeeper.connect"]:
+            cluster_id = cluster_id or uuid.uuid4().hex[:22]
+            self.write_meta(cluster_id)
+        return cluster_id
+
+    def write_meta(self, cluster_id: str) -> None:
         for log_dir in self.log_dirs:
             with open(os.path.join(log_dir, "meta.properties"), "w") as f:
                 f.write(f"version=0\nbroker.id={self.node_id}\ncluster.id={cluster_id}\n")
-        return cluster_id
 
     # ---- topic configuration ---------------------------------------------------------------------------
     def _default_topic_configs(self) -> dict[str, str]:
@@ -83,7 +93,7 @@ class Broker:
             "flush.ms": str(c.flush_ms),
             "max.message.bytes": str(c["message.max.bytes"]),
             "message.timestamp.type": "CreateTime",
-            "min.insync.replicas": "1",
+            "min.insync.replicas": str(c["min.insync.replicas"]),
             "file.delete.delay.ms": "60000",
         }
 
@@ -126,8 +136,13 @@ class Broker:
         )
 
     # ---- topics and logs -----------------------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                     validate_only: bool = False) -> TopicInfo:
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           validate_only: bool = False, assignment: dict[int, list[int]] | None = None) -> TopicInfo:
+        if self.cluster is not None:
+            return await self.cluster.create_topic(name, partitions, replication_factor, configs, validate_only,
+                                                   assignment)
+        if assignment and any(set(r) - {self.node_id} for r in assignment.values()):
+            raise TopicError("invalid_replica_assignment", "assignment names brokers that do not exist")
         info = self.topics.create(name, partitions, replication_factor, configs, validate_only)
         if not validate_only:
             for p in range(partitions):
@@ -135,7 +150,10 @@ class Broker:
             log.info("created topic %s with %d partition(s)", name, partitions)
         return info
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
+        if self.cluster is not None:
+            await self.cluster.delete_topic(name)
+            return
         self.topics.delete(name)
         self.logs.delete_topic(name)
         log.info("deleted topic %s", name)
@@ -143,11 +161,53 @@ class Broker:
     def log_for(self, topic: str, partition: int) -> PartitionLog:
         return self.logs.get(topic, partition) or self.logs.create(topic, partition)
 
-    def leader_epoch(self, topic: str, partition: int) -> int:
-        return 0
+    def leader_log(self, topic: str, partition: int, leader_epoch: int = -1):
+        """(error, log) of a partition this broker leads; ``leader_epoch`` (-1: not checked) fences clients
+        and followers with stale metadata."""
+        if self.cluster is None:
+            return ErrorCode.none, self.log_for(topic, partition)
+        part = self.cluster.partition(topic, partition)
+        if part is None or not part.is_leader:
+            return ErrorCode.not_leader_or_follower, None
+        if leader_epoch >= 0 and leader_epoch != part.leader_epoch:
+            return (ErrorCode.fenced_leader_epoch if leader_epoch < part.leader_epoch
+                    else ErrorCode.unknown_leader_epoch), None
+        return ErrorCode.none, part.log
 
-    def next_producer_id(self) -> int:
-        """Unique across restarts: ids are reserved in blocks recorded in ``producer-id-block``."""
+    def partition_view(self, topic: str, partition: int) -> tuple[ErrorCode, int, int, list, list, list]:
+        """(error, leader, leader epoch, replicas, isr, offline replicas) for Metadata."""
+        if self.cluster is None:
+            return ErrorCode.none, self.node_id, 0, [self.node_id], [self.node_id], []
+        meta = self.cluster.metadata
+        replicas = meta.replicas(topic, partition)
+        offline = [r for r in replicas if r not in meta.brokers]
+        state = meta.state(topic, partition)
+        if state is None or state.leader < 0 or state.leader not in meta.brokers:
+            return (ErrorCode.leader_not_available, -1, state.leader_epoch if state else -1, replicas,
+                    list(state.isr) if state else [], offline)
+        return ErrorCode.none, state.leader, state.leader_epoch, replicas, list(state.isr), offline
+
+    def live_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        if self.cluster is None:
+            host, port = self.advertised
+            return [(self.node_id, host, port, self.config["broker.rack"])]
+        return [(b.broker_id, b.host, b.port, b.rack) for b in sorted(self.cluster.metadata.brokers.values(),
+                                                                     key=lambda b: b.broker_id)]
+
+    @property
+    def controller_id(self) -> int:
+        return self.node_id if self.cluster is None else self.cluster.metadata.controller_id
+
+    async def next_producer_id(self) -> int:
+        """Unique across restarts (and brokers, in cluster mode): ids are reserved in blocks, recorded in
+        ``producer-id-block`` (standalone) or ZooKeeper's ``/latest_producer_id_block`` (cluster)."""
+        if self._pid_next < self._pid_end:
+            self._pid_next += 1
+            return self._pid_next - 1
+        if self.cluster is not None:
+            self._pid_next, self._pid_end = await self.cluster.reserve_producer_ids(PRODUCER_ID_BLOCK)
+            self._pid_next += 1
+            return self._pid_next - 1
         if self._pid_next >= self._pid_end:
             path = os.path.join(self.log_dirs[0], "producer-id-block")
             start = int(open(path).read()) if os.path.exists(path) else 0
@@ -198,6 +258,8 @@ class Broker:
         host, port = self.config.listener
         self.listener = KafkaListener(self, host, port, self.config["socket.request.max.bytes"])
         await self.listener.start()
+        if self.cluster is not None:
+            await self.cluster.start()
         loop = asyncio.get_running_loop()
         retention_s = self.config["log.retention.check.interval.ms"] / 1000
         flush_s = min(self.config["log.flush.scheduler.interval.ms"], self.config.flush_ms, LONG_MAX) / 1000
@@ -223,6 +285,8 @@ class Broker:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self.listener is not None:
             await self.listener.stop()
         self.logs.shutdown()

@@ -1,5 +1,5 @@
-"""The ``logbus`` command: one verb per service (``broker`` now; the cluster, registry, mirror, audit and
-loads issues add theirs). Errors are one line on stderr and a non-zero exit code."""
+"""The ``logbus`` command: one verb per service (``broker``, ``zookeeper``, ``topics``; the registry, mirror,
+audit and loads issues add theirs). Errors are one line on stderr and a non-zero exit code."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zookeeper(args: argparse.Namespace) -> int:
+    from logbus.zookeeper import run
+
+    return run(args.data_dir, args.host, args.port, args.tick_time)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -32,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("config", help="Kafka-style properties file (broker.id, listeners, log.dirs, ...)")
     broker.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
     broker.set_defaults(func=_broker)
+
+    zk = verbs.add_parser("zookeeper", help="run a real ZooKeeper (Debian's package) in the foreground")
+    zk.add_argument("--data-dir", required=True, help="where ZooKeeper keeps its snapshots and logs")
+    zk.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    zk.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    zk.add_argument("--tick-time", type=int, default=2000, help="tickTime in ms (sessions: 2 to 20 ticks)")
+    zk.set_defaults(func=_zookeeper)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

@@ -10,7 +10,6 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from rawclient import RawClient, batch, request_module
 from support import REPO
 

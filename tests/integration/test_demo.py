@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-
 from support import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -9,7 +9,6 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from rawclient import RawClient, batch, request_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -1,5 +1,4 @@
 import pytest
-
 from broker.config import BrokerConfig, ConfigError, parse_properties
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]

@@ -3,7 +3,6 @@
 import os
 
 import pytest
-
 from broker.log.index import CorruptIndex, OffsetIndex
 from broker.log.log import LogConfig, OffsetOutOfRange, PartitionLog
 from broker.log.manager import LogManager, read_checkpoint
@@ -149,3 +148,59 @@ def test_manager_checkpoints_and_clean_shutdown_marker(tmp_path):
     again.load()
     assert {k: v.log_end_offset for k, v in again.logs.items()} == points
     assert not os.path.exists(tmp_path / "d1" / ".kafka_cleanshutdown")
+
+
+def idempotent_batch(pid, first_seq, count, base_offset=0, epoch=0):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                  producer_epoch=0, base_sequence=first_seq, batch_size=1 << 20)
+    for i in range(count):
+        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
+    data = bytes(b.build())
+    return records.assign_offsets(data, base_offset, epoch)[0]
+
+
+def test_follower_appends_leaders_batches_as_they_are_and_truncates_by_epoch(tmp_path):
+    leader = make(tmp_path / "l")
+    leader.leader_epoch = 3
+    append(leader, [b"a", b"b"])
+    leader.leader_epoch = 4
+    append(leader, [b"c"])
+    copied = leader.read(0, 1 << 20, committed_only=False).read()
+    follower = make(tmp_path / "f")
+    assert follower.append_as_follower(copied) == 3
+    assert follower.epochs.entries == [(3, 0), (4, 2)]
+    assert follower.read(0, 1 << 20, committed_only=False).read() == copied  # byte for byte
+    follower.truncate_to(2)
+    assert follower.log_end_offset == 2 and follower.epochs.entries == [(3, 0)]
+    with pytest.raises(Exception, match="log ends at 2"):
+        follower.append_as_follower(copied)
+
+
+def test_consumers_read_only_up_to_the_high_watermark(tmp_path):
+    plog = make(tmp_path)
+    plog.replicated = True
+    append(plog, [b"a"])
+    append(plog, [b"b"])
+    assert plog.read(0, 1 << 20) is None  # nothing committed yet
+    plog.high_watermark = 1
+    assert read_all(plog) == [0]
+    assert plog.read(0, 1 << 20, committed_only=False).size > plog.read(0, 1 << 20).size
+
+
+def test_producer_state_survives_a_crash_from_snapshot_and_log(tmp_path):
+    from broker.log.producer_state import DuplicateSequence
+
+    plog = make(tmp_path)
+    data = idempotent_batch(42, 0, 3)
+    plog.append(data, records.validate(data, 1 << 20))
+    plog.snapshot_producers()
+    data2 = idempotent_batch(42, 3, 2)
+    plog.append(data2, records.validate(data2, 1 << 20))  # after the snapshot: found by scanning the log
+    plog.close()
+    reopened = PartitionLog(str(tmp_path / "t-0"), "t", 0, LogConfig(), clean_shutdown=False)
+    for first, last, offset in ((0, 2, 0), (3, 4, 3)):
+        with pytest.raises(DuplicateSequence) as dup:
+            reopened.producers.check(42, 0, first, last)
+        assert dup.value.base_offset == offset

@@ -1,7 +1,10 @@
 import pytest
-
-from broker.log.producer_state import (DuplicateSequence, InvalidProducerEpoch, OutOfOrderSequence,
-                                       ProducerStateManager)
+from broker.log.producer_state import (
+    DuplicateSequence,
+    InvalidProducerEpoch,
+    OutOfOrderSequence,
+    ProducerStateManager,
+)
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 

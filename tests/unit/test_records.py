@@ -1,7 +1,6 @@
 """Record batch header validation and patching, on batches built by kafka-python (an outside encoder)."""
 
 import pytest
-
 from broker.protocol import records
 from broker.protocol.record_reader import record_timestamps
 from rawclient import batch

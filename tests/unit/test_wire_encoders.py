@@ -3,11 +3,10 @@
 import io
 
 import pytest
-from kio.index import load_response_schema
-from kio.serial import entity_writer
-
 from broker.protocol import fetch_response, produce_response
 from broker.protocol.messages import build, nested
+from kio.index import load_response_schema
+from kio.serial import entity_writer
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 

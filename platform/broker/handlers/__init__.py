@@ -9,6 +9,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
 )
 from broker.handlers.registry import APIS, NO_RESPONSE, RawResponse

@@ -8,7 +8,7 @@ KEY = 19
 
 
 @handles(KEY, "CreateTopics", 2, 7)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested(cls, "CreatableTopicConfigs") if header.api_version >= 5 else None
@@ -27,11 +27,18 @@ def handle(broker, header, request):
         try:
             if counts[topic.name] > 1:
                 raise TopicError("invalid_request", f"topic {topic.name!r} appears more than once")
-            if topic.assignments and any(set(a.broker_ids) - {broker.node_id} for a in topic.assignments):
-                raise TopicError("invalid_replica_assignment", "assignment names brokers that do not exist")
+            assignment = None
+            if topic.assignments:
+                assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+                live = {b[0] for b in broker.live_brokers()}
+                if (sorted(assignment) != list(range(len(assignment)))
+                        or any(not r or len(set(r)) != len(r) or set(r) - live for r in assignment.values())
+                        or len({len(r) for r in assignment.values()}) != 1):
+                    raise TopicError("invalid_replica_assignment",
+                                     "assignment must name partitions 0..n-1, each with distinct live brokers")
             configs = {c.name: c.value for c in topic.configs if c.value is not None}
-            info = broker.create_topic(topic.name, partitions, replication, configs,
-                                       validate_only=request.validate_only)
+            info = await broker.create_topic(topic.name, partitions, replication, configs,
+                                             validate_only=request.validate_only, assignment=assignment)
         except TopicError as exc:
             error, message = ErrorCode[exc.error], str(exc)
         described = None

@@ -8,7 +8,7 @@ KEY = 20
 
 
 @handles(KEY, "DeleteTopics", 1, 6)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
     if header.api_version >= 6:
@@ -25,7 +25,7 @@ def handle(broker, header, request):
         try:
             if info is None:
                 raise TopicError("unknown_topic_or_partition", f"topic {name or topic_id} does not exist")
-            broker.delete_topic(name)
+            await broker.delete_topic(name)
         except TopicError as exc:
             error, message = ErrorCode[exc.error], str(exc)
         results.append(build(result_cls, name=name, topic_id=info.topic_id if info else topic_id,

@@ -3,6 +3,10 @@
 The response is framed by hand (:mod:`broker.protocol.fetch_response`) so that record bytes go from the
 segment file to the socket with sendfile. KIP-74: at least one whole batch is returned even when it is larger
 than the byte budget; a region may end inside a batch, which clients drop and fetch again.
+
+Cluster mode: only the leader serves fetches. Consumers read up to the high watermark; a follower
+(``replica_id`` >= 0) reads up to the log end, and the offset it asks for tells the leader how far its copy
+goes (which may advance the high watermark and bring it back into the ISR).
 """
 
 import time
@@ -16,9 +20,11 @@ from broker.protocol.messages import ErrorCode, ms
 KEY = 1
 
 
-def collect(broker, request) -> tuple[list, int, bool]:
+def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
     """One pass over the requested partitions: (topics, bytes found, whether any partition has an error)."""
     budget = request.max_bytes
+    replica_id = getattr(request, "replica_id", -1)
+    follower = replica_id >= 0 and broker.cluster is not None
     total = 0
     errors = False
     topics = []
@@ -30,12 +36,20 @@ def collect(broker, request) -> tuple[list, int, bool]:
                 partitions.append(PartitionData(p.partition, ErrorCode.unknown_topic_or_partition.value))
                 errors = True
                 continue
-            plog = broker.log_for(topic.topic, p.partition)
+            error, plog = broker.leader_log(topic.topic, p.partition, getattr(p, "current_leader_epoch", -1))
+            if plog is None:
+                partitions.append(PartitionData(p.partition, error.value))
+                errors = True
+                continue
+            if follower and first_pass:
+                broker.cluster.follower_fetched(broker.cluster.partition(topic.topic, p.partition), replica_id,
+                                                p.fetch_offset)
             data = PartitionData(p.partition, 0, plog.high_watermark, plog.high_watermark, plog.log_start_offset)
             allowed = min(p.partition_max_bytes, budget - total)
             if allowed > 0 or total == 0:
                 try:
-                    region = plog.read(p.fetch_offset, max(allowed, 1) if total == 0 else allowed)
+                    region = plog.read(p.fetch_offset, max(allowed, 1) if total == 0 else allowed,
+                                       committed_only=not follower)
                 except OffsetOutOfRange:
                     data.error_code = ErrorCode.offset_out_of_range.value
                     errors = True
@@ -53,8 +67,10 @@ async def handle(broker, header, request):
     max_wait = ms(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    first_pass = True
     while True:
-        topics, total, errors = collect(broker, request)
+        topics, total, errors = collect(broker, request, first_pass)
+        first_pass = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             break

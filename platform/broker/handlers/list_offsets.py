@@ -35,7 +35,12 @@ def handle(broker, header, request):
                 results.append(build(partition_cls, partition_index=p.partition_index,
                                      error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1, offset=-1))
                 continue
-            plog = broker.log_for(topic.name, p.partition_index)
+            error, plog = broker.leader_log(topic.name, p.partition_index,
+                                            getattr(p, "current_leader_epoch", -1))
+            if plog is None:
+                results.append(build(partition_cls, partition_index=p.partition_index, error_code=error,
+                                     timestamp=-1, offset=-1))
+                continue
             timestamp, offset = lookup(plog, p.timestamp)
             results.append(build(partition_cls, partition_index=p.partition_index, error_code=0,
                                  timestamp=timestamp, offset=offset, leader_epoch=plog.leader_epoch))

@@ -8,7 +8,7 @@ KEY = 3
 
 
 @handles(KEY, "Metadata", 0, 12)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     version = header.api_version
     cls = response_class(KEY, version)
     broker_cls = nested(cls, "MetadataResponseBroker")
@@ -34,22 +34,22 @@ def handle(broker, header, request):
         info = broker.topics.get(name) if name is not None else None
         if info is None and name is not None and auto_create and broker.config["auto.create.topics.enable"]:
             try:
-                info = broker.create_topic(name, broker.config["num.partitions"],
-                                           broker.config["default.replication.factor"], {})
+                info = await broker.create_topic(name, broker.config["num.partitions"],
+                                                 broker.config["default.replication.factor"], {})
             except TopicError as exc:
                 error = ErrorCode[exc.error]
         elif info is None:
             error = ErrorCode.unknown_topic_or_partition
-        partitions = ()
+        partitions = []
         if info is not None:
-            partitions = tuple(
-                build(partition_cls, error_code=0, partition_index=p, leader_id=broker.node_id,
-                      leader_epoch=broker.leader_epoch(info.name, p), replica_nodes=(broker.node_id,),
-                      isr_nodes=(broker.node_id,), offline_replicas=())
-                for p in range(info.partitions))
-        topics.append(build(topic_cls, error_code=error, name=name, is_internal=False, partitions=partitions,
+            for p in range(info.partitions):
+                perror, leader, epoch, replicas, isr, offline = broker.partition_view(info.name, p)
+                partitions.append(build(partition_cls, error_code=perror, partition_index=p, leader_id=leader,
+                                        leader_epoch=epoch, replica_nodes=tuple(replicas), isr_nodes=tuple(isr),
+                                        offline_replicas=tuple(offline)))
+        topics.append(build(topic_cls, error_code=error, name=name, is_internal=False, partitions=tuple(partitions),
                             topic_id=info.topic_id if info else None))
-    host, port = broker.advertised
-    return build(cls, throttle_time=0, cluster_id=broker.cluster_id, controller_id=broker.node_id,
-                 brokers=(build(broker_cls, node_id=broker.node_id, host=host, port=port, rack=None),),
-                 topics=tuple(topics))
+    brokers = tuple(build(broker_cls, node_id=node, host=host, port=port, rack=rack)
+                    for node, host, port, rack in broker.live_brokers())
+    return build(cls, throttle_time=0, cluster_id=broker.cluster_id, controller_id=broker.controller_id,
+                 brokers=brokers, topics=tuple(topics))

@@ -14,16 +14,22 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from broker.log.epoch_cache import EpochCache
 from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import FileRegion, LogSegment
 from broker.protocol import records
 from broker.protocol.record_reader import record_timestamps
 
 log = logging.getLogger(__name__)
+PRODUCER_SNAPSHOT = "producer.snapshot"
 
 
 class OffsetOutOfRange(Exception):
     pass
+
+
+class NotContiguous(ValueError):
+    """A follower was sent batches that do not start at its log end offset."""
 
 
 @dataclass
@@ -57,6 +63,13 @@ class PartitionLog:
         self._load(clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = self.log_end_offset
+        self.epochs = EpochCache(directory)
+        self.epochs.truncate_from_end(self.log_end_offset)  # recovery may have dropped a tail
+        self._snapshot_path = os.path.join(directory, PRODUCER_SNAPSHOT)
+        self.rebuild_producer_state()
+        # Replicated (cluster mode): the partition's leader moves the high watermark over the ISR; standalone,
+        # every append is committed at once.
+        self.replicated = False
 
     # ---- loading ------------------------------------------------------------------------------------------
     def _load(self, clean_shutdown: bool) -> None:
@@ -112,13 +125,97 @@ class PartitionLog:
         base = self.log_end_offset
         parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
         self._maybe_roll(len(data))
+        self.epochs.assign(self.leader_epoch, base)
         self.active.append(parts, len(data), base, next_offset, summary.max_timestamp)
-        self.high_watermark = next_offset  # standalone: the leader is the whole ISR
+        if not self.replicated:
+            self.high_watermark = next_offset
         self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base)
         self._unflushed_messages += summary.records
         if self._unflushed_messages >= self.config.flush_interval_messages:
             self.flush()
         return base
+
+    def append_as_follower(self, data) -> int:
+        """Append batches copied from the leader as they are (offsets and leader epochs kept). ``data`` holds
+        whole, validated batches starting at the log end offset. Returns the new log end offset."""
+        view = memoryview(data)
+        pos, total = 0, len(view)
+        headers = []
+        while pos < total:
+            header = records.read_header(view, pos)
+            headers.append(header)
+            pos += header.size
+        if not headers:
+            return self.log_end_offset
+        if headers[0].base_offset != self.log_end_offset:
+            raise NotContiguous(f"batch at {headers[0].base_offset}, log ends at {self.log_end_offset}")
+        self._maybe_roll(total)
+        for h in headers:
+            self.epochs.assign(h.leader_epoch, h.base_offset)
+        next_offset = headers[-1].next_offset
+        self.active.append([view], total, headers[0].base_offset, next_offset,
+                           max(h.max_timestamp for h in headers))
+        for h in headers:
+            if h.producer_id >= 0:
+                last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
+                self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset)
+        self._unflushed_messages += sum(h.record_count for h in headers)
+        if self._unflushed_messages >= self.config.flush_interval_messages:
+            self.flush()
+        return next_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Discard everything at or after ``offset`` (whole batches), as a follower whose tail diverged from
+        the leader's log."""
+        if offset >= self.log_end_offset:
+            return
+        offset = max(offset, self.log_start_offset)
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+            self._bases.pop()
+        if self.segments[-1].base_offset >= offset:
+            self.segments[-1].truncate_to(self.segments[-1].base_offset)
+        else:
+            self.segments[-1].truncate_to(offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.rebuild_producer_state()
+        log.info("%s-%d truncated to offset %d", self.topic, self.partition, self.log_end_offset)
+
+    def reset_to(self, offset: int) -> None:
+        """Drop the whole log and start empty at ``offset`` (a follower whose leader no longer has what it
+        would need next)."""
+        for segment in self.segments:
+            segment.delete()
+        self.segments.clear()
+        self._bases.clear()
+        self._add(LogSegment(self.dir, offset, self.config.index_interval_bytes))
+        self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self.epochs.clear()
+        self.producers = ProducerStateManager()
+
+    # ---- idempotent producers ------------------------------------------------------------------------------
+    def snapshot_producers(self) -> None:
+        self.producers.snapshot(self._snapshot_path, self.log_end_offset)
+
+    def rebuild_producer_state(self) -> None:
+        """Producer state = the snapshot (if it is not past the log end) + the batches written after it; with
+        no usable snapshot, the batches of the active segment."""
+        loaded = ProducerStateManager.load_snapshot(self._snapshot_path)
+        if loaded is not None and self.log_start_offset <= loaded[1] <= self.log_end_offset:
+            self.producers, start = loaded
+        else:
+            self.producers, start = ProducerStateManager(), self.active.base_offset
+        if start >= self.log_end_offset:
+            return
+        i = bisect_right(self._bases, start) - 1
+        for segment in self.segments[max(i, 0):]:
+            for h in segment.headers_from(start):
+                if h.producer_id >= 0 and h.base_offset >= start:
+                    last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
+                    self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
+                                          h.base_offset)
 
     def _maybe_roll(self, incoming: int) -> None:
         active = self.active
@@ -137,6 +234,7 @@ class PartitionLog:
         # No fsync here: it would block the event loop for as long as the OS takes to write the segment.
         # The flush policy (or shutdown) makes it durable; until then recovery starts at the recovery point.
         self._add(LogSegment(self.dir, self.log_end_offset, self.config.index_interval_bytes))
+        self.snapshot_producers()
         return self.active
 
     def flush(self) -> None:
@@ -150,16 +248,22 @@ class PartitionLog:
             self.flush()
 
     # ---- reads --------------------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
-        """Bytes starting at the batch containing ``offset``, up to the high watermark."""
+    def read(self, offset: int, max_bytes: int, committed_only: bool = True) -> FileRegion | None:
+        """Bytes starting at the batch containing ``offset``, up to the high watermark (consumers) or the log
+        end (followers: ``committed_only=False``)."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(offset)
-        if offset >= self.high_watermark:
+        if offset >= (self.high_watermark if committed_only else self.log_end_offset):
             return None
+        limit = self.high_watermark if committed_only else self.log_end_offset
         i = bisect_right(self._bases, offset) - 1
         while i < len(self.segments):
             segment = self.segments[i]
-            region = segment.read(offset, max_bytes)
+            end_position = None
+            if limit < segment.next_offset:  # the high watermark is inside this segment: stop at its batch
+                found = segment.find_batch(limit, segment.size)
+                end_position = found[0] if found else None
+            region = segment.read(offset, max_bytes, end_position)
             if region is not None:
                 return region
             i += 1
@@ -206,6 +310,8 @@ class PartitionLog:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             self._delete_later(oldest, schedule_delete)
             deleted += 1
+        if deleted:
+            self.epochs.truncate_from_start(self.log_start_offset)
         return deleted
 
     def _delete_later(self, segment: LogSegment, schedule_delete) -> None:

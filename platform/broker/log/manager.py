@@ -103,6 +103,8 @@ class LogManager:
         self.checkpoint()
 
     def checkpoint(self) -> None:
+        for partition_log in self.logs.values():
+            partition_log.snapshot_producers()
         for log_dir in self.log_dirs:
             keys = [k for k, d in self._dir_of.items() if d == log_dir]
             write_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT),

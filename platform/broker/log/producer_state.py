@@ -3,12 +3,15 @@
 A batch whose (producer id, epoch, first and last sequence) matches one of the last five is a retry: it is
 answered with the offset it got the first time and not appended again. A gap in the sequence is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch with INVALID_PRODUCER_EPOCH. Per batch work only.
-The state is kept in memory; after a restart a producer's next batch is accepted as its new starting point
-(Kafka restores it from producer snapshots; see the README's status table).
+The partition log snapshots this state (``producer.snapshot``: JSON, with the offset it covers) at every roll,
+checkpoint and clean shutdown, and after a restart or a truncation rebuilds it from the snapshot plus the batch
+headers written after it, so retries are recognised across restarts and leader changes.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -66,3 +69,26 @@ class ProducerStateManager:
         if state is None or epoch > state.epoch:
             state = self._producers[producer_id] = _Producer(epoch)
         state.batches.append((first_seq, last_seq, base_offset))
+
+    def snapshot(self, path: str, offset: int) -> None:
+        """Write the state as of log offset ``offset`` (atomically)."""
+        data = {"offset": offset, "producers": {str(pid): {"epoch": p.epoch, "batches": list(p.batches)}
+                                                for pid, p in self._producers.items()}}
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load_snapshot(cls, path: str) -> tuple["ProducerStateManager", int] | None:
+        """(state, offset it covers) or None when there is no readable snapshot."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return None
+        state = cls()
+        for pid, p in data["producers"].items():
+            entry = state._producers[int(pid)] = _Producer(p["epoch"])
+            entry.batches.extend(tuple(b) for b in p["batches"])
+        return state, int(data["offset"])

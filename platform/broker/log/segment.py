@@ -116,6 +116,19 @@ class LogSegment:
         self.first_append_ms = int(os.stat(self.path).st_mtime * 1000) if self.size else None
         return truncated
 
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset`` (a follower discarding a divergent tail), then
+        rebuild the indexes. Returns the bytes dropped."""
+        found = self.find_batch(offset, self.size)
+        if found is None:
+            return 0
+        position = found[0]
+        dropped = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.recover()
+        return dropped
+
     # ---- writes -------------------------------------------------------------------------------------------
     def append(self, parts: list, size: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
         """Append whole batches (offsets already assigned), given as buffers totalling ``size`` bytes, in one
@@ -173,6 +186,18 @@ class LogSegment:
         pos, first_size = found
         size = min(end - pos, max(max_bytes, first_size))
         return FileRegion(self.fd, pos, size)
+
+    def headers_from(self, offset: int):
+        """Batch headers from the batch containing ``offset`` to the end of the segment (recovery scans)."""
+        found = self.find_batch(offset, self.size)
+        pos = found[0] if found else self.size
+        while pos < self.size:
+            head = os.pread(self.fd, records.HEADER_SIZE, pos)
+            if len(head) < records.HEADER_SIZE:
+                return
+            header = records.read_header(head)
+            yield header
+            pos += header.size
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(position, size) of the first batch whose max timestamp is >= ``timestamp``, or None."""

@@ -138,3 +138,39 @@ def encode_response(api_key: int, version: int, correlation_id: int, body) -> by
     del data
     return buf.getvalue()
 
+
+
+# ---- the client side (a follower fetching from its leader) ----------------------------------------------------
+@lru_cache(maxsize=None)
+def _request_writer(api_key: int, version: int):
+    return entity_writer(request_type(api_key, version))
+
+
+@lru_cache(maxsize=None)
+def _response_reader(api_key: int, version: int):
+    return entity_reader(response_type(api_key, version))
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str, body) -> bytes:
+    """A whole request frame (size prefix included), header v1 or v2 as the version requires."""
+    cid = client_id.encode()
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_HEADER.pack(api_key, version, correlation_id, len(cid)) + cid)
+    if is_flexible(api_key, version):
+        buf.write(b"\x00")
+    _request_writer(api_key, version)(buf, body)
+    data = buf.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame) -> tuple[int, object]:
+    """(correlation id, typed body) of a response frame without its size prefix."""
+    correlation_id = _INT32.unpack_from(frame, 0)[0]
+    pos = 4
+    if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
+        _count, pos = read_uvarint(frame, pos)  # tagged fields of the header: none are sent by logbus
+    body, _ = _response_reader(api_key, version)(frame, pos)
+    return correlation_id, body

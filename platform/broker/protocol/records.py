@@ -159,3 +159,14 @@ def crc_ok(buf, pos: int, size: int) -> bool:
     view = memoryview(buf)
     crc = struct.unpack_from(">I", view, pos + 17)[0]
     return crc32c.crc32c(view[pos + 21 : pos + size]) == crc
+
+
+def whole_batches_length(buf) -> int:
+    """Bytes of ``buf`` taken by whole batches (a fetch response may end inside one)."""
+    pos, total = 0, len(buf)
+    while pos + LOG_OVERHEAD <= total:
+        _, length = _PREFIX.unpack_from(buf, pos)
+        if pos + LOG_OVERHEAD + length > total:
+            break
+        pos += LOG_OVERHEAD + length
+    return pos

@@ -1,0 +1,253 @@
+"""The controller: one broker at a time, elected by creating the ephemeral ``/controller`` znode first.
+
+Each new controller increments ``/controller_epoch``; every partition state it writes is a ZooKeeper
+transaction that also checks the epoch znode's version, so a controller that lost its session (and was
+replaced) cannot overwrite the new one's decisions. Whenever brokers come or go, topics appear, a
+reassignment is requested, or periodically, it reconciles every partition:
+
+- a new partition gets its first live assigned replica as leader and the live replicas as ISR;
+- a partition whose leader is gone gets the first live replica of its ISR, in assignment order (no unclean
+  election unless ``unclean.leader.election.enable``); with none left it goes offline (leader -1);
+- dead brokers leave the ISR of partitions whose leader lives;
+- the preferred (first assigned) replica gets leadership back when it is in the ISR
+  (``auto.leader.rebalance.enable``, every ``leader.imbalance.check.interval.seconds``);
+- a reassignment adds the new replicas, waits until they are in the ISR, then drops the old ones.
+
+Brokers learn the outcome from the state znodes (see metadata_cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.cluster import znodes
+from broker.cluster.zk import Zk
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, broker_id: int, zk: Zk, config):
+        self.broker_id = broker_id
+        self.zk = zk
+        self.config = config
+        self.active = False
+        self.epoch = -1
+        self._epoch_version = -1
+        self._dirty = asyncio.Event()
+        self._rebalance_due = False
+        self._tasks: list[asyncio.Task] = []
+        self._watching = False
+        self._watched_topics: set[str] = set()
+        self._owners: dict[int, int] = {}
+
+    async def start(self) -> None:
+        await self.zk.watch_data(znodes.CONTROLLER, self._on_controller_node)
+        self.zk.on_new_session(lambda: asyncio.get_running_loop().create_task(self._elect()))
+
+    def _on_controller_node(self, data: bytes | None, _stat) -> None:
+        if data is None:
+            asyncio.get_running_loop().create_task(self._elect())
+        elif znodes.decode_controller(data) != self.broker_id and self.active:
+            self._resign("another broker is controller now")
+
+    async def _elect(self) -> None:
+        try:
+            await self.zk.call(self.zk.client.create, znodes.CONTROLLER, znodes.encode_controller(self.broker_id),
+                               ephemeral=True)
+        except NodeExistsError:
+            return
+        except Exception:
+            log.exception("controller election")
+            return
+        try:
+            await self._bump_epoch()
+        except Exception:
+            log.exception("incrementing the controller epoch")
+            return
+        self.active = True
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        if not self._watching:
+            self._watching = True
+            await self.zk.watch_children(znodes.BROKER_IDS, lambda _c: self._kick())
+            await self.zk.watch_children(znodes.TOPICS, self._on_topics)
+            await self.zk.ensure("/admin")
+            await self.zk.watch_data(znodes.REASSIGN, lambda _d, _s: self._kick())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._reconcile_loop()), loop.create_task(self._rebalance_timer())]
+        self._kick()
+
+    async def _bump_epoch(self) -> None:
+        while True:
+            data, stat = await self.zk.get_or_none(znodes.CONTROLLER_EPOCH)
+            try:
+                if data is None:
+                    await self.zk.call(self.zk.client.create, znodes.CONTROLLER_EPOCH, b"1")
+                    self.epoch, self._epoch_version = 1, 0
+                else:
+                    epoch = int(data) + 1
+                    new = await self.zk.call(self.zk.client.set, znodes.CONTROLLER_EPOCH, str(epoch).encode(),
+                                             version=stat.version)
+                    self.epoch, self._epoch_version = epoch, new.version
+                return
+            except (NodeExistsError, BadVersionError):
+                continue  # another controller raced us; it will be fenced by the version check
+
+    def _resign(self, why: str) -> None:
+        log.info("broker %d resigns as controller: %s", self.broker_id, why)
+        self.active = False
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+
+    async def stop(self) -> None:
+        self._resign("shutting down")
+
+    def _on_topics(self, children: list[str]) -> None:
+        for topic in set(children) - self._watched_topics:
+            self._watched_topics.add(topic)
+            asyncio.get_running_loop().create_task(
+                self.zk.watch_data(znodes.topic_path(topic), lambda _d, _s: self._kick()))
+        self._watched_topics &= set(children)
+        self._kick()
+
+    def _kick(self) -> None:
+        self._dirty.set()
+
+    async def _rebalance_timer(self) -> None:
+        interval = self.config["leader.imbalance.check.interval.seconds"]
+        while self.config["auto.leader.rebalance.enable"]:
+            await asyncio.sleep(interval)
+            self._rebalance_due = True
+            self._kick()
+
+    async def _reconcile_loop(self) -> None:
+        while self.active:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller reconcile failed; retrying")
+                await asyncio.sleep(1)
+                self._kick()
+
+    # ---- decisions ----------------------------------------------------------------------------------------------
+    async def reconcile(self) -> None:
+        rebalance, self._rebalance_due = self._rebalance_due, False
+        live = await self._live_brokers()
+        reassign = znodes.decode_reassignment((await self.zk.get_or_none(znodes.REASSIGN))[0])
+        pending_reassign = dict(reassign)
+        for topic in await self.zk.children(znodes.TOPICS):
+            data, topic_stat = await self.zk.get_or_none(znodes.topic_path(topic))
+            if data is None:
+                continue
+            assignment = znodes.decode_assignment(data)
+            assignment_changed = False
+            for p, replicas in sorted(assignment.partitions.items()):
+                raw, stat = await self.zk.get_or_none(znodes.state_path(topic, p))
+                state = znodes.decode_state(raw, stat.version) if raw is not None else None
+                target = reassign.get((topic, p))
+                if target is not None and state is not None:
+                    replicas, done = self._reassign_step(assignment, p, target, state, live)
+                    assignment_changed = True
+                    if done:
+                        pending_reassign.pop((topic, p))
+                new = self.decide(state, replicas, live, rebalance)
+                if new is not None:
+                    await self._write_state(topic, p, new, create=state is None)
+            if assignment_changed:
+                await self.zk.call(self.zk.client.set, znodes.topic_path(topic), znodes.encode_assignment(assignment),
+                                   version=topic_stat.version)
+        if reassign and pending_reassign != reassign:
+            if pending_reassign:
+                await self.zk.call(self.zk.client.set, znodes.REASSIGN, znodes.encode_reassignment(pending_reassign))
+            else:
+                await self.zk.call(self.zk.client.delete, znodes.REASSIGN)
+        if pending_reassign:  # replicas are catching up: look again soon
+            asyncio.get_running_loop().call_later(1.0, self._kick)
+
+    async def _live_brokers(self) -> set[int]:
+        """Registered brokers, minus those that restarted since the last look (their registration belongs to
+        a new ZooKeeper session): for this pass they count as failed, so they lose leadership and leave the
+        ISR, and rejoin as followers once caught up (a restarted broker may have lost unflushed data)."""
+        live = set()
+        owners = {}
+        for child in await self.zk.children(znodes.BROKER_IDS):
+            stat = await self.zk.call(self.zk.client.exists, znodes.broker_path(int(child)))
+            if stat is not None:
+                owners[int(child)] = stat.ephemeralOwner
+                live.add(int(child))
+        bounced = {b for b in live if b in self._owners and self._owners[b] != owners[b]}
+        self._owners = owners
+        if bounced:
+            log.info("broker(s) %s restarted: treated as failed, then as new followers", sorted(bounced))
+            self._kick()
+        return live - bounced
+
+    def _reassign_step(self, assignment: znodes.TopicAssignment, p: int, target: list[int],
+                       state: znodes.PartitionState, live: set[int]) -> tuple[list[int], bool]:
+        """Kafka's two phases: replicas = old ∪ new until every new replica is in the ISR, then = new."""
+        current = assignment.partitions[p]
+        if all(r in state.isr for r in target):
+            assignment.partitions[p] = list(target)
+            assignment.adding.pop(p, None)
+            assignment.removing.pop(p, None)
+            return list(target), True
+        union = list(target) + [r for r in current if r not in target]
+        assignment.partitions[p] = union
+        assignment.adding[p] = [r for r in target if r not in current]
+        assignment.removing[p] = [r for r in current if r not in target]
+        return union, False
+
+    def decide(self, state: znodes.PartitionState | None, replicas: list[int], live: set[int],
+               rebalance: bool) -> znodes.PartitionState | None:
+        """The partition's next state, or None when it stays as it is."""
+        ce = self.epoch
+        alive = [r for r in replicas if r in live]
+        if state is None:
+            if not alive:
+                return None
+            return znodes.PartitionState(alive[0], 0, tuple(alive), ce)
+        isr_live = tuple(r for r in replicas if r in state.isr and r in live)
+        if state.leader in live and state.leader in replicas:
+            if rebalance and replicas[0] != state.leader and replicas[0] in isr_live:
+                return state.with_(leader=replicas[0], leader_epoch=state.leader_epoch + 1, isr=isr_live,
+                                   controller_epoch=ce)
+            if set(isr_live) != set(state.isr):
+                return state.with_(isr=isr_live, controller_epoch=ce)
+            return None
+        candidates = [r for r in replicas if r in isr_live]
+        if candidates:
+            return state.with_(leader=candidates[0], leader_epoch=state.leader_epoch + 1, isr=isr_live,
+                               controller_epoch=ce)
+        if self.config["unclean.leader.election.enable"] and alive:
+            log.warning("unclean leader election: broker %d, outside the ISR %s", alive[0], state.isr)
+            return state.with_(leader=alive[0], leader_epoch=state.leader_epoch + 1, isr=(alive[0],),
+                               controller_epoch=ce)
+        if state.leader != -1:  # offline; keep the last ISR so one of them can lead when it returns
+            return state.with_(leader=-1, leader_epoch=state.leader_epoch + 1, controller_epoch=ce)
+        return None
+
+    async def _write_state(self, topic: str, p: int, state: znodes.PartitionState, create: bool) -> None:
+        if create:
+            await self.zk.ensure(f"{znodes.partitions_path(topic)}/{p}")
+        t = self.zk.client.transaction()
+        t.check(znodes.CONTROLLER_EPOCH, self._epoch_version)
+        if create:
+            t.create(znodes.state_path(topic, p), znodes.encode_state(state))
+        else:
+            t.set_data(znodes.state_path(topic, p), znodes.encode_state(state), version=state.version)
+        results = await self.zk.call(t.commit)
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            self._resign(f"controller epoch {self.epoch} is fenced")
+            return
+        if isinstance(results[1], Exception):
+            self._kick()  # the leader changed the ISR meanwhile: decide again on fresh state
+            return
+        log.info("partition %s-%d: leader %d, epoch %d, isr %s", topic, p, state.leader, state.leader_epoch,
+                 list(state.isr))

@@ -1,0 +1,214 @@
+"""Follower side of replication: one fetcher per leader broker copies that leader's partitions, like a consumer
+that says who it is (Fetch with ``replica_id`` = this broker's id), asking for its own log end offset.
+
+Before fetching a partition it has just started to follow, the fetcher asks the leader where this replica's
+latest leader epoch ends (OffsetForLeaderEpoch) and truncates its log there: a divergent tail written under
+an older leader is dropped, acknowledged data is kept (KIP-101/279). Copied batches are appended as they are
+(offsets and epochs kept); the follower's high watermark follows the leader's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import struct
+import time
+from dataclasses import dataclass
+
+from broker.log.log import NotContiguous
+from broker.protocol import codec, records
+from broker.protocol.messages import ErrorCode
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY, FETCH_VERSION = 1, 12
+EPOCH_KEY, EPOCH_VERSION = 23, 3
+RETRY_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+                ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available}
+
+
+@dataclass
+class Followed:
+    partition: object  # broker.cluster.partition.Partition
+    needs_truncation: bool = True
+    retry_at: float = 0.0  # the leader refused it (e.g. it has not learnt of its leadership yet): retry then
+
+
+class LeaderFetcher:
+    def __init__(self, manager, leader_id: int):
+        self.manager = manager
+        self.broker = manager.broker
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], Followed] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+
+    def add(self, partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = Followed(partition)
+        self._wakeup.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._close()
+
+    # ---- connection -------------------------------------------------------------------------------------------
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def _connect(self) -> bool:
+        info = self.manager.metadata.brokers.get(self.leader_id)
+        if info is None:
+            return False
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(info.host, info.port, limit=1 << 20), 10)
+            return True
+        except (OSError, asyncio.TimeoutError):
+            return False
+
+    async def _call(self, api_key: int, version: int, body):
+        self._correlation += 1
+        frame = codec.encode_request(api_key, version, self._correlation,
+                                     f"replica-fetcher-{self.broker.node_id}", body)
+        self._writer.write(frame)
+        await self._writer.drain()
+        timeout = self.broker.config["replica.socket.timeout.ms"] / 1000
+        size = struct.unpack(">i", await asyncio.wait_for(self._reader.readexactly(4), timeout))[0]
+        payload = await asyncio.wait_for(self._reader.readexactly(size), timeout)
+        correlation, response = codec.decode_response(api_key, version, payload)
+        if correlation != self._correlation:
+            raise ConnectionError("correlation id mismatch")
+        return response
+
+    # ---- the loop -----------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = self.broker.config["replica.fetch.backoff.ms"] / 1000
+        while True:
+            now = time.monotonic()
+            active = {k: f for k, f in self.partitions.items() if f.retry_at <= now}
+            if not active:
+                self._wakeup.clear()
+                waiting = [f.retry_at for f in self.partitions.values()]
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), min(waiting) - now if waiting else None)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            if self._writer is None and not await self._connect():
+                await asyncio.sleep(backoff)
+                continue
+            try:
+                truncating = {k: f for k, f in active.items() if f.needs_truncation}
+                if truncating:
+                    await self._truncate(truncating)
+                    continue
+                await self._fetch(active)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+                log.info("fetch from broker %d failed: %s", self.leader_id, exc)
+                self._close()
+                await asyncio.sleep(backoff)
+            except Exception:
+                log.exception("replica fetcher for broker %d", self.leader_id)
+                self._close()
+                await asyncio.sleep(backoff)
+
+    async def _truncate(self, followed: dict[tuple[str, int], Followed]) -> None:
+        mod = codec.request_type(EPOCH_KEY, EPOCH_VERSION)
+        module = __import__(mod.__module__, fromlist=["x"])
+        by_topic: dict[str, list] = {}
+        for (topic, index), f in followed.items():
+            by_topic.setdefault(topic, []).append(module.OffsetForLeaderPartition(
+                partition=index, current_leader_epoch=f.partition.leader_epoch,
+                leader_epoch=max(f.partition.log.epochs.latest_epoch, -1)))
+        request = mod(replica_id=self.broker.node_id, topics=tuple(
+            module.OffsetForLeaderTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        response = await self._call(EPOCH_KEY, EPOCH_VERSION, request)
+        for topic in response.topics:
+            for p in topic.partitions:
+                f = self.partitions.get((topic.topic, p.partition))
+                if f is None or not f.needs_truncation:
+                    continue
+                error = ErrorCode(p.error_code)
+                if error in RETRY_ERRORS:
+                    f.retry_at = time.monotonic() + self.broker.config["replica.fetch.backoff.ms"] / 1000
+                    continue
+                plog = f.partition.log
+                if error != ErrorCode.none or p.end_offset < 0:
+                    target = plog.high_watermark  # no epoch information: the pre-KIP-101 rule
+                elif p.leader_epoch < plog.epochs.latest_epoch:
+                    own_end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)[1]
+                    target = min(p.end_offset, own_end if own_end >= 0 else plog.log_end_offset)
+                else:
+                    target = min(p.end_offset, plog.log_end_offset)
+                if target < plog.log_end_offset:
+                    plog.truncate_to(target)
+                f.needs_truncation = False
+
+    async def _fetch(self, followed: dict[tuple[str, int], Followed]) -> None:
+        cfg = self.broker.config
+        cls = codec.request_type(FETCH_KEY, FETCH_VERSION)
+        module = __import__(cls.__module__, fromlist=["x"])
+        by_topic: dict[str, list] = {}
+        for (topic, index), f in followed.items():
+            by_topic.setdefault(topic, []).append(module.FetchPartition(
+                partition=index, current_leader_epoch=f.partition.leader_epoch,
+                fetch_offset=f.partition.log.log_end_offset, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=cfg["replica.fetch.max.bytes"]))
+        request = cls(replica_id=self.broker.node_id,
+                      max_wait=datetime.timedelta(milliseconds=cfg["replica.fetch.wait.max.ms"]),
+                      min_bytes=cfg["replica.fetch.min.bytes"], max_bytes=cfg["replica.fetch.response.max.bytes"],
+                      isolation_level=0, session_id=0, session_epoch=-1,
+                      topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                      forgotten_topics_data=(), rack_id="")
+        response = await self._call(FETCH_KEY, FETCH_VERSION, request)
+        for topic in response.responses:
+            for p in topic.partitions:
+                f = self.partitions.get((topic.topic, p.partition_index))
+                if f is None or f.needs_truncation:
+                    continue
+                self._apply(f, p)
+
+    def _apply(self, f: Followed, p) -> None:
+        error = ErrorCode(p.error_code)
+        plog = f.partition.log
+        if error in RETRY_ERRORS:
+            f.retry_at = time.monotonic() + self.broker.config["replica.fetch.backoff.ms"] / 1000
+            return
+        if error == ErrorCode.offset_out_of_range:
+            if p.log_start_offset > plog.log_end_offset:  # the leader deleted what we would need next
+                plog.reset_to(p.log_start_offset)
+            else:
+                f.needs_truncation = True
+            return
+        if error != ErrorCode.none:
+            log.warning("fetch of %s-%d from broker %d: %s", plog.topic, plog.partition, self.leader_id,
+                        error.name)
+            return
+        data = p.records
+        if data:
+            whole = records.whole_batches_length(data)
+            if whole:
+                chunk = memoryview(data)[:whole]
+                records.validate(chunk, 2**31 - 1)
+                try:
+                    plog.append_as_follower(chunk)
+                except NotContiguous as exc:
+                    log.warning("%s-%d: %s; truncating again", plog.topic, plog.partition, exc)
+                    f.needs_truncation = True
+                    return
+        plog.high_watermark = max(min(p.high_watermark, plog.log_end_offset), plog.log_start_offset)

@@ -1,0 +1,142 @@
+"""One replicated partition as this broker sees it: its role (leader or follower), the leader's view of each
+follower (log end offset, when it was last caught up), the ISR, the high watermark over the ISR, and the
+produce requests with ``acks=all`` waiting for it (the purgatory). No I/O here: ISR changes are proposed to
+the replica manager, which writes them to ZooKeeper."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from broker.log.log import PartitionLog
+from broker.protocol.messages import ErrorCode
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class FollowerState:
+    leo: int = -1
+    last_caught_up_ms: int = field(default_factory=now_ms)
+    last_fetch_ms: int = 0
+    leader_leo_at_last_fetch: int = -1
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, plog: PartitionLog, broker_id: int):
+        self.topic = topic
+        self.index = index
+        self.log = plog
+        self.broker_id = broker_id
+        plog.replicated = True
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.controller_epoch = -1
+        self.isr: tuple[int, ...] = ()
+        self.replicas: list[int] = []
+        self.zk_version = -1
+        self.followers: dict[int, FollowerState] = {}
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self.isr_update_pending = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    # ---- role changes --------------------------------------------------------------------------------------
+    def become_leader(self, leader_epoch: int, isr: tuple[int, ...], replicas: list[int], zk_version: int,
+                      controller_epoch: int) -> None:
+        self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
+        self.isr, self.replicas, self.zk_version = tuple(isr), list(replicas), zk_version
+        self.controller_epoch = controller_epoch
+        self.log.leader_epoch = leader_epoch
+        self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
+        self.followers = {r: FollowerState() for r in replicas if r != self.broker_id}
+        self.maybe_advance_high_watermark()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, isr: tuple[int, ...], replicas: list[int],
+                        zk_version: int, controller_epoch: int) -> None:
+        self.leader_id, self.leader_epoch = leader_id, leader_epoch
+        self.isr, self.replicas, self.zk_version = tuple(isr), list(replicas), zk_version
+        self.controller_epoch = controller_epoch
+        self.log.leader_epoch = leader_epoch
+        self.followers = {}
+        self.fail_waiters(ErrorCode.not_leader_or_follower)
+
+    # ---- leader: followers' progress, high watermark ------------------------------------------------------
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> tuple[int, ...] | None:
+        """A follower asked for ``fetch_offset`` (so its log ends there). Returns a larger ISR to propose
+        when it has caught up and is not in the ISR, else None."""
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            return None
+        now = now_ms()
+        leader_leo = self.log.log_end_offset
+        follower.leo = fetch_offset
+        if fetch_offset >= leader_leo:
+            follower.last_caught_up_ms = now
+        elif fetch_offset >= follower.leader_leo_at_last_fetch >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.last_fetch_ms, follower.leader_leo_at_last_fetch = now, leader_leo
+        self.maybe_advance_high_watermark()
+        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
+            epoch_start = self._epoch_start()
+            if fetch_offset >= epoch_start:
+                return tuple(r for r in self.replicas if r in self.isr or r == replica_id)
+        return None
+
+    def _epoch_start(self) -> int:
+        entries = self.log.epochs.entries
+        return entries[-1][1] if entries and entries[-1][0] == self.leader_epoch else 0
+
+    def lagging(self, max_lag_ms: int) -> tuple[int, ...] | None:
+        """A smaller ISR without the followers not caught up for ``max_lag_ms``, or None if all keep up."""
+        now = now_ms()
+        out = [r for r in self.isr if r != self.broker_id
+               and (r not in self.followers or now - self.followers[r].last_caught_up_ms > max_lag_ms)]
+        if not out:
+            return None
+        return tuple(r for r in self.isr if r not in out)
+
+    def maybe_advance_high_watermark(self) -> bool:
+        if not self.is_leader:
+            return False
+        leos = [self.log.log_end_offset]
+        for r in self.isr:
+            if r != self.broker_id:
+                follower = self.followers.get(r)
+                leos.append(follower.leo if follower else -1)
+        candidate = min(leos)
+        if candidate <= self.log.high_watermark:
+            return False
+        self.log.high_watermark = candidate
+        self._complete_waiters()
+        return True
+
+    # ---- acks=all purgatory -----------------------------------------------------------------------------------
+    async def wait_committed(self, offset: int, timeout: float) -> ErrorCode:
+        """Wait until the high watermark reaches ``offset`` (the end of a produced batch)."""
+        if self.log.high_watermark >= offset:
+            return ErrorCode.none
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            return ErrorCode.request_timed_out
+        finally:
+            self._waiters = [(o, f) for o, f in self._waiters if f is not future]
+
+    def _complete_waiters(self) -> None:
+        hw = self.log.high_watermark
+        for offset, future in self._waiters:
+            if offset <= hw and not future.done():
+                future.set_result(ErrorCode.none)
+
+    def fail_waiters(self, error: ErrorCode) -> None:
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_result(error)

@@ -1,0 +1,182 @@
+"""ZooKeeper paths and the JSON of each znode, in the layout Kafka used (so ``zkCli.sh`` shows an operator what
+they expect). Pure: no I/O.
+
+    /brokers/ids/<id>                               ephemeral: endpoints, host, port, rack
+    /brokers/topics/<topic>                         replica assignment (+ topic id)
+    /brokers/topics/<topic>/partitions/<p>/state    leader, leader_epoch, isr, controller_epoch
+    /controller                                     ephemeral: the controller's broker id
+    /controller_epoch                               a counter that fences stale controllers
+    /config/topics/<topic>                          per-topic config overrides
+    /admin/reassign_partitions                      a pending reassignment
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+REASSIGN = "/admin/reassign_partitions"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+CLUSTER_ID = "/cluster/id"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, "/admin")
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def _dump(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# ---- /brokers/ids/<id> ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    return _dump({"listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                  "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"], "jmx_port": -1, "features": {},
+                  "host": info.host, "port": info.port, "rack": info.rack,
+                  "timestamp": str(int(time.time() * 1000)), "version": 5})
+
+
+def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
+    obj = json.loads(data)
+    return BrokerInfo(broker_id, obj["host"], int(obj["port"]), obj.get("rack"))
+
+
+# ---- /brokers/topics/<topic> ------------------------------------------------------------------------------
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def topic_id_from_text(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+@dataclass
+class TopicAssignment:
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]]  # partition -> replicas, the first one preferred
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+
+def encode_assignment(a: TopicAssignment) -> bytes:
+    return _dump({"version": 3, "topic_id": topic_id_text(a.topic_id),
+                  "partitions": {str(p): r for p, r in sorted(a.partitions.items())},
+                  "adding_replicas": {str(p): r for p, r in a.adding.items()},
+                  "removing_replicas": {str(p): r for p, r in a.removing.items()}})
+
+
+def decode_assignment(data: bytes) -> TopicAssignment:
+    obj = json.loads(data)
+    topic_id = topic_id_from_text(obj["topic_id"]) if obj.get("topic_id") else uuid.UUID(int=0)
+    return TopicAssignment(topic_id, {int(p): list(r) for p, r in obj["partitions"].items()},
+                           {int(p): list(r) for p, r in obj.get("adding_replicas", {}).items()},
+                           {int(p): list(r) for p, r in obj.get("removing_replicas", {}).items()})
+
+
+# ---- /brokers/topics/<topic>/partitions/<p>/state ---------------------------------------------------------
+@dataclass(frozen=True)
+class PartitionState:
+    leader: int  # -1: no leader (offline)
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    version: int = -1  # the znode's version, for conditional writes
+
+    def with_(self, **changes) -> "PartitionState":
+        values = {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": self.isr,
+                  "controller_epoch": self.controller_epoch, "version": self.version, **changes}
+        values["isr"] = tuple(values["isr"])
+        return PartitionState(**values)
+
+
+def encode_state(s: PartitionState) -> bytes:
+    return _dump({"controller_epoch": s.controller_epoch, "leader": s.leader, "version": 1,
+                  "leader_epoch": s.leader_epoch, "isr": list(s.isr)})
+
+
+def decode_state(data: bytes, version: int) -> PartitionState:
+    obj = json.loads(data)
+    return PartitionState(int(obj["leader"]), int(obj["leader_epoch"]), tuple(obj["isr"]),
+                          int(obj["controller_epoch"]), version)
+
+
+# ---- /controller, /config/topics/<topic> ------------------------------------------------------------------
+def encode_controller(broker_id: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))})
+
+
+def decode_controller(data: bytes | None) -> int:
+    if not data:
+        return -1
+    return int(json.loads(data)["brokerid"])
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": configs})
+
+
+def decode_topic_config(data: bytes | None) -> dict[str, str]:
+    return dict(json.loads(data)["config"]) if data else {}
+
+
+def encode_reassignment(plan: dict[tuple[str, int], list[int]]) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r}
+                                               for (t, p), r in sorted(plan.items())]})
+
+
+def decode_reassignment(data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    if not data:
+        return {}
+    return {(item["topic"], int(item["partition"])): list(item["replicas"])
+            for item in json.loads(data)["partitions"]}
+
+
+def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
+    return _dump({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end - 1)})
+
+
+def decode_producer_id_block(data: bytes | None) -> int:
+    """The first id after the latest reserved block."""
+    return int(json.loads(data)["block_end"]) + 1 if data else 0
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return json.loads(data)["id"]

@@ -1,0 +1,226 @@
+"""Cluster mode with a real ZooKeeper and real broker processes: registries, placement, controller failover,
+replication with ISR, acks=all through leader kills, min.insync.replicas. Outside clients: confluent-kafka,
+kcat, kazoo (to read what an operator would see with zkCli.sh)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rawclient import RawClient, batch, request_module
+from support import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def create(c, name: str, partitions: int, rf: int, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, rf, config=configs)])[name].result(30)
+
+
+def leader_of(c, topic: str, partition: int = 0) -> int:
+    return c.state(topic, partition)["leader"]
+
+
+def controller(zk) -> int:
+    data = zk.exists("/controller") and zk.get("/controller")[0]
+    return json.loads(data)["brokerid"] if data else -1
+
+
+def test_registries_placement_and_metadata_on_every_broker(cluster):
+    c = cluster()
+    create(c, "placed", 6, 3)
+    zk = c.zk()
+    try:
+        assert sorted(zk.get_children("/brokers/ids")) == ["0", "1", "2"]
+        assert json.loads(zk.get("/controller")[0])["brokerid"] in (0, 1, 2)
+        assert int(zk.get("/controller_epoch")[0]) >= 1
+        assignment = json.loads(zk.get("/brokers/topics/placed")[0])["partitions"]
+        assert json.loads(zk.get("/cluster/id")[0])["id"]
+    finally:
+        zk.stop()
+        zk.close()
+    assert sorted(assignment) == [str(p) for p in range(6)]
+    assert all(sorted(r) == [0, 1, 2] for r in assignment.values())
+    assert Counter(r[0] for r in assignment.values()) == {0: 2, 1: 2, 2: 2}  # leaders round-robin
+    followers = Counter((r[0], r[1]) for r in assignment.values())
+    assert len(followers) > 3  # the shift spreads each broker's followers over the others
+    for p, replicas in assignment.items():
+        state = c.state("placed", int(p))
+        assert state["leader"] == replicas[0] and sorted(state["isr"]) == [0, 1, 2]
+    views = []
+    for b in c.brokers.values():  # kcat -L against each broker shows the same leaders
+        out = subprocess.run(["kcat", "-L", "-J", "-b", b.bootstrap, "-t", "placed"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+        topic = json.loads(out)["topics"][0]
+        views.append({p["partition"]: (p["leader"], [r["id"] for r in p["replicas"]]) for p in topic["partitions"]})
+    assert views[0] == views[1] == views[2]
+    assert {p: v[0] for p, v in views[0].items()} == {int(p): r[0] for p, r in assignment.items()}
+
+
+def test_replication_factor_larger_than_live_brokers_is_refused(cluster):
+    c = cluster()
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    with pytest.raises(KafkaException) as err:
+        admin.create_topics([NewTopic("too-many", 1, 4)])["too-many"].result(30)
+    assert err.value.args[0].name() == "INVALID_REPLICATION_FACTOR"
+
+
+def test_acks_all_survives_leader_kills(cluster):
+    """Every acknowledged message is readable, in order, exactly once, after several leader kills (kill -9),
+    including killing the new leader soon after it was elected."""
+    c = cluster(min_insync_replicas=2)
+    create(c, "critical", 2, 3)
+    acked: dict[int, list[int]] = {0: [], 1: []}
+    failed = Counter()
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[msg.partition()].append(int(msg.value()))
+        else:
+            failed[err.name()] += 1
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100})
+        seq = 0
+        while not stop.is_set():
+            try:
+                producer.produce("critical", str(seq).encode(), partition=seq % 2, on_delivery=on_delivery)
+                seq += 1
+            except BufferError:
+                pass
+            producer.poll(0.002)
+        assert producer.flush(120) == 0
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        wait_until(lambda: len(acked[0]) > 200, 30, what="first acknowledgements")
+        for round_ in range(3):
+            old = leader_of(c, "critical")
+            c.brokers[old].kill9()
+            (new,) = wait_until(lambda: [leader for leader in [leader_of(c, "critical")] if leader not in (old, -1)],
+                                30, what="a new leader")
+            victims = [old]
+            if round_ == 1:  # kill the new leader soon after its election
+                time.sleep(0.5)
+                c.brokers[new].kill9()
+                victims.append(new)
+            for v in victims:
+                c.brokers[v].start()
+            c.wait_registered({0, 1, 2})
+            wait_until(lambda: all(len(c.state("critical", p)["isr"]) == 3 for p in (0, 1)), 60,
+                       what="full ISR again")
+            before = len(acked[0])
+            wait_until(lambda: len(acked[0]) > before + 100, 60, what="progress after the failover")
+    finally:
+        stop.set()
+        thread.join(150)
+    assert not thread.is_alive()
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "check", "enable.auto.commit": False})
+    for p in (0, 1):
+        end = consumer.get_watermark_offsets(TopicPartition("critical", p), timeout=10)[1]
+        consumer.assign([TopicPartition("critical", p, 0)])
+        seen = []
+        while len(seen) < end:
+            for msg in consumer.consume(1000, timeout=5):
+                assert not msg.error(), msg.error()
+                seen.append(int(msg.value()))
+        assert len(seen) == end
+        duplicates = len(seen) - len(set(seen))
+        assert duplicates == 0, f"partition {p}: {duplicates} duplicates"
+        assert seen == sorted(seen), f"partition {p}: out of order"
+        missing = set(acked[p]) - set(seen)
+        assert not missing, f"partition {p}: {len(missing)} acknowledged messages lost"
+        assert len(acked[p]) > 500
+    consumer.close()
+    print(f"acknowledged {sum(map(len, acked.values()))}, delivery failures {dict(failed)}")
+
+
+def test_paused_follower_leaves_the_isr_and_rejoins(cluster):
+    c = cluster(replica_lag_time_max_ms=1500, zookeeper_session_timeout_ms=20000)
+    create(c, "lagging", 1, 3)
+    state = c.state("lagging", 0)
+    follower = next(r for r in state["isr"] if r != state["leader"])
+    pid = c.brokers[follower].proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: follower not in c.state("lagging", 0)["isr"], 15, what="ISR shrink")
+        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        producer.produce("lagging", b"while paused")
+        assert producer.flush(20) == 0  # the remaining ISR acknowledges
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: follower in c.state("lagging", 0)["isr"], 20, what="ISR expand")
+
+
+def test_controller_moves_when_its_zookeeper_session_dies(cluster):
+    c = cluster()
+    create(c, "ctl", 3, 3)
+    zk = c.zk()
+    try:
+        old = json.loads(zk.get("/controller")[0])["brokerid"]
+        epoch = int(zk.get("/controller_epoch")[0])
+        pid = c.brokers[old].proc.pid
+        os.kill(pid, signal.SIGSTOP)  # its session expires after zookeeper.session.timeout.ms
+        try:
+            (new,) = wait_until(lambda: [b for b in [controller(zk)] if b not in (old, -1)], 30,
+                                what="a new controller")
+            assert int(zk.get("/controller_epoch")[0]) > epoch
+            wait_until(lambda: all(c.state("ctl", p)["leader"] != old for p in range(3)), 30,
+                       what="leadership moved off the paused broker")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        c.wait_registered({0, 1, 2})  # the old controller registers again with a new session
+        assert json.loads(zk.get("/controller")[0])["brokerid"] == new
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_acks_all_below_min_insync_replicas_appends_nothing(cluster):
+    c = cluster()
+    create(c, "strict", 1, 3, **{"min.insync.replicas": "3"})
+    state = c.state("strict", 0)
+    follower = next(r for r in state["isr"] if r != state["leader"])
+    c.brokers[follower].kill9()
+    wait_until(lambda: len(c.state("strict", 0)["isr"]) == 2, 30, what="ISR without the killed follower")
+    leader = c.brokers[c.state("strict", 0)["leader"]]
+    client = RawClient(leader.host, leader.port)
+    m = request_module(0, 9)
+    request = m.ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5), topic_data=(
+        m.TopicProduceData(name="strict", partition_data=(m.PartitionProduceData(index=0, records=batch([b"x"])),)),))
+    response = client.request(0, 9, request)
+    client.close()
+    assert response.responses[0].partition_responses[0].error_code == 19  # NOT_ENOUGH_REPLICAS
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "x"})
+    assert consumer.get_watermark_offsets(TopicPartition("strict", 0), timeout=10) == (0, 0)
+    consumer.close()
+
+
+def test_unreachable_zookeeper_is_a_one_line_error(tmp_path):
+    import sys
+
+    from support import REPO, free_port
+
+    config = tmp_path / "server.properties"
+    config.write_text(f"broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{free_port()}\nlog.dirs={tmp_path / 'logs'}\n"
+                      f"zookeeper.connect=127.0.0.1:{free_port()}/live\nzookeeper.connection.timeout.ms=1000\n")
+    proc = subprocess.run([sys.executable, "-m", "logbus.cli", "--log-level", "ERROR", "broker", str(config)],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("logbus:")]
+    assert lines and "cannot reach ZooKeeper" in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
