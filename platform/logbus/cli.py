@@ -23,6 +23,18 @@ def _zookeeper(args: argparse.Namespace) -> int:
     return run(args.data_dir, args.host, args.port, args.tick_time)
 
 
+def _topics(args: argparse.Namespace) -> int:
+    from logbus.admin import run, topics
+
+    return run(topics, args)
+
+
+def _reassign(args: argparse.Namespace) -> int:
+    from logbus.admin import reassign, run
+
+    return run(reassign, args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -45,6 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
     zk.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     zk.add_argument("--tick-time", type=int, default=2000, help="tickTime in ms (sessions: 2 to 20 ticks)")
     zk.set_defaults(func=_zookeeper)
+
+    topics = verbs.add_parser("topics", help="list, describe, create or delete topics (as kafka-topics.sh)")
+    topics.add_argument("action", choices=["list", "describe", "create", "delete"])
+    topics.add_argument("--bootstrap-server", required=True, help="any broker, host:port")
+    topics.add_argument("--topic")
+    topics.add_argument("--partitions", type=int, default=-1, help="default: the broker's num.partitions")
+    topics.add_argument("--replication-factor", type=int, default=-1,
+                        help="default: the broker's default.replication.factor")
+    topics.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config")
+    topics.set_defaults(func=_topics)
+
+    reassign = verbs.add_parser("reassign-partitions", help="move partition replicas (Kafka's reassignment JSON)")
+    reassign.add_argument("--zookeeper", required=True, help="host:port/chroot of the cluster")
+    reassign.add_argument("--plan", required=True, help='{"version":1,"partitions":[{"topic","partition",'
+                                                        '"replicas"}]}')
+    reassign.add_argument("--verify", action="store_true", help="report progress instead of starting")
+    reassign.set_defaults(func=_reassign)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

@@ -224,3 +224,70 @@ def test_unreachable_zookeeper_is_a_one_line_error(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("logbus:")]
     assert lines and "cannot reach ZooKeeper" in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def logbus(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    import sys
+
+    from support import REPO
+
+    return subprocess.run([sys.executable, "-m", "logbus.cli", "--log-level", "ERROR", *args], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+
+
+def test_topics_cli_and_reassignment_without_a_consumer_visible_gap(cluster, tmp_path):
+    c = cluster(4, auto_leader_rebalance_enable="false")
+    any_broker = c.brokers[3].bootstrap
+    out = logbus("topics", "create", "--bootstrap-server", any_broker, "--topic", "moving", "--partitions", "1",
+                 "--replication-factor", "2", "--config", "retention.ms=3600000")
+    assert out.returncode == 0, out.stderr
+    assert "moving" in logbus("topics", "list", "--bootstrap-server", any_broker).stdout.split()
+    old = json.loads(c.zk().get("/brokers/topics/moving")[0])["partitions"]["0"]
+    target = [b for b in (0, 1, 2, 3) if b not in old]
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(3000):
+        producer.produce("moving", str(i).encode())
+    assert producer.flush(30) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "moving", "partition": 0,
+                                                              "replicas": target}]}))
+    zk_connect = c.zookeeper.connect + c.chroot
+    out = logbus("reassign-partitions", "--zookeeper", zk_connect, "--plan", str(plan))
+    assert out.returncode == 0, out.stderr
+    verify = logbus("reassign-partitions", "--zookeeper", zk_connect, "--plan", str(plan), "--verify")
+    assert verify.returncode in (0, 3) and "Reassignment of partition moving-0 is" in verify.stdout
+    for i in range(3000, 6000):  # keep writing while the replicas move
+        producer.produce("moving", str(i).encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    wait_until(lambda: logbus("reassign-partitions", "--zookeeper", zk_connect, "--plan", str(plan),
+                              "--verify").returncode == 0, 60, interval=0.5, what="reassignment completed")
+    state = c.state("moving", 0)
+    assert state["leader"] in target and sorted(state["isr"]) == sorted(target)
+    described = logbus("topics", "describe", "--bootstrap-server", any_broker, "--topic", "moving").stdout
+    assert f"Replicas: {','.join(map(str, target))}" in described
+    wait_until(lambda: not any((c.brokers[b].log_dir / "moving-0").exists() for b in old), 20,
+               what="old replicas deleted")
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "x", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("moving", 0, 0)])
+    seen = []
+    while len(seen) < 6000:
+        msgs = consumer.consume(1000, timeout=10)
+        assert msgs, f"stuck after {len(seen)} messages"
+        seen.extend(int(m.value()) for m in msgs if not m.error())
+    consumer.close()
+    assert seen == list(range(6000))  # no gap, no duplicate, in order
+    bad = logbus("topics", "create", "--bootstrap-server", any_broker, "--topic", "moving", "--partitions", "1",
+                 "--replication-factor", "1")
+    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0 and "TOPIC_ALREADY_EXISTS" in bad.stderr
+
+
+def test_preferred_leader_is_restored_when_back_in_sync(cluster):
+    c = cluster(leader_imbalance_check_interval_seconds=1)
+    create(c, "pref", 1, 3)
+    preferred = json.loads(c.zk().get("/brokers/topics/pref")[0])["partitions"]["0"][0]
+    assert leader_of(c, "pref") == preferred
+    c.brokers[preferred].kill9()
+    wait_until(lambda: leader_of(c, "pref") not in (preferred, -1), 30, what="failover")
+    c.brokers[preferred].start()
+    wait_until(lambda: leader_of(c, "pref") == preferred, 40, what="preferred leader back")

@@ -147,20 +147,19 @@ class Controller:
             if data is None:
                 continue
             assignment = znodes.decode_assignment(data)
-            assignment_changed = False
+            before = znodes.encode_assignment(assignment)
             for p, replicas in sorted(assignment.partitions.items()):
                 raw, stat = await self.zk.get_or_none(znodes.state_path(topic, p))
                 state = znodes.decode_state(raw, stat.version) if raw is not None else None
                 target = reassign.get((topic, p))
                 if target is not None and state is not None:
                     replicas, done = self._reassign_step(assignment, p, target, state, live)
-                    assignment_changed = True
                     if done:
                         pending_reassign.pop((topic, p))
                 new = self.decide(state, replicas, live, rebalance)
                 if new is not None:
                     await self._write_state(topic, p, new, create=state is None)
-            if assignment_changed:
+            if znodes.encode_assignment(assignment) != before:
                 await self.zk.call(self.zk.client.set, znodes.topic_path(topic), znodes.encode_assignment(assignment),
                                    version=topic_stat.version)
         if reassign and pending_reassign != reassign:

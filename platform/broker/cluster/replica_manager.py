@@ -132,9 +132,11 @@ class ReplicaManager:
         key = (topic, index)
         part = self.partitions.get(key)
         if self.broker_id not in replicas:
-            if part is not None:
+            if part is not None and replicas:  # reassigned away: stop, then delete the local copy
                 self._stop_following(key)
-                part.become_follower(-1, part.leader_epoch, part.isr, replicas, part.zk_version, -1)
+                self.partitions.pop(key).fail_waiters(ErrorCode.not_leader_or_follower)
+                self.broker.logs.delete(topic, index)
+                log.info("%s-%d is no longer assigned here: local log deleted", topic, index)
             return
         if part is None:
             plog = self.broker.logs.get(topic, index) or self.broker.logs.create(topic, index)

@@ -102,6 +102,12 @@ class LogManager:
             self._dir_of.pop(key, None)
         self.checkpoint()
 
+    def delete(self, topic: str, partition: int) -> None:
+        plog = self.logs.pop((topic, partition), None)
+        if plog is not None:
+            plog.delete()
+            self._dir_of.pop((topic, partition), None)
+
     def checkpoint(self) -> None:
         for partition_log in self.logs.values():
             partition_log.snapshot_producers()

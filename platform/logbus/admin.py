@@ -1,0 +1,141 @@
+"""Operator verbs, in the shape of Kafka's tools:
+
+``logbus topics --bootstrap-server B list|describe|create|delete`` (kafka-topics.sh) through the Kafka
+protocol (confluent-kafka's AdminClient), against any broker; ``logbus reassign-partitions --zookeeper
+Z --plan FILE [--verify]`` (the classic kafka-reassign-partitions.sh) writes the plan to
+``/admin/reassign_partitions`` for the controller, which adds the new replicas, waits until they are in sync,
+then drops the old ones.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+class AdminError(Exception):
+    """Reported as one line, exit code 1."""
+
+
+def _admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def _result(future, what: str):
+    from confluent_kafka import KafkaException
+
+    try:
+        return future.result(30)
+    except KafkaException as exc:
+        err = exc.args[0]
+        raise AdminError(f"{what}: {err.name()}: {err.str()}") from None
+
+
+def topics(args) -> int:
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(args.bootstrap_server)
+    if args.action == "list":
+        metadata = admin.list_topics(timeout=15)
+        for name in sorted(metadata.topics):
+            print(name)
+    elif args.action == "describe":
+        metadata = admin.list_topics(topic=args.topic, timeout=15) if args.topic else admin.list_topics(timeout=15)
+        for name in sorted(metadata.topics):
+            topic = metadata.topics[name]
+            if topic.error is not None:
+                raise AdminError(f"topic {name}: {topic.error.name()}")
+            parts = sorted(topic.partitions.values(), key=lambda p: p.id)
+            rf = len(parts[0].replicas) if parts else 0
+            print(f"Topic: {name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}")
+            for p in parts:
+                print(f"\tTopic: {name}\tPartition: {p.id}\tLeader: {p.leader}\t"
+                      f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isrs))}")
+    elif args.action == "create":
+        if not args.topic:
+            raise AdminError("create needs --topic")
+        configs = dict(item.split("=", 1) for item in (args.config or []) if "=" in item)
+        futures = admin.create_topics([NewTopic(args.topic, args.partitions, args.replication_factor,
+                                                config=configs)])
+        _result(futures[args.topic], f"create {args.topic}")
+        print(f"Created topic {args.topic}.")
+    elif args.action == "delete":
+        if not args.topic:
+            raise AdminError("delete needs --topic")
+        _result(admin.delete_topics([args.topic])[args.topic], f"delete {args.topic}")
+        print(f"Deleted topic {args.topic}.")
+    return 0
+
+
+def read_plan(path: str) -> dict[tuple[str, int], list[int]]:
+    """Kafka's reassignment JSON: {"version": 1, "partitions": [{"topic", "partition", "replicas"}]}."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        plan = {(item["topic"], int(item["partition"])): [int(r) for r in item["replicas"]]
+                for item in data["partitions"]}
+    except OSError as exc:
+        raise AdminError(f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AdminError(f"{path}: not a reassignment plan ({exc})") from None
+    for (topic, p), replicas in plan.items():
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise AdminError(f"{topic}-{p}: replicas must be distinct broker ids, got {replicas}")
+    return plan
+
+
+def reassign(args) -> int:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NodeExistsError
+
+    from broker.cluster import znodes
+
+    plan = read_plan(args.plan)
+    zk = KazooClient(hosts=args.zookeeper, timeout=10)
+    try:
+        zk.start(timeout=15)
+    except Exception:
+        raise AdminError(f"cannot reach ZooKeeper at {args.zookeeper}") from None
+    try:
+        live = {int(b) for b in zk.get_children(znodes.BROKER_IDS)} if zk.exists(znodes.BROKER_IDS) else set()
+        current = {}
+        for (topic, p) in plan:
+            if not zk.exists(znodes.topic_path(topic)):
+                raise AdminError(f"topic {topic} does not exist")
+            assignment = znodes.decode_assignment(zk.get(znodes.topic_path(topic))[0])
+            if p not in assignment.partitions:
+                raise AdminError(f"{topic} has no partition {p}")
+            current[(topic, p)] = assignment.partitions[p]
+        if args.verify:
+            pending = znodes.decode_reassignment(zk.get(znodes.REASSIGN)[0]) if zk.exists(znodes.REASSIGN) else {}
+            done = True
+            for key, replicas in sorted(plan.items()):
+                state = "in progress" if key in pending else \
+                    "completed" if current[key] == replicas else "not started or failed"
+                done &= state == "completed"
+                print(f"Reassignment of partition {key[0]}-{key[1]} is {state}.")
+            return 0 if done else 3
+        unknown = {r for replicas in plan.values() for r in replicas} - live
+        if unknown:
+            raise AdminError(f"brokers {sorted(unknown)} are not registered (live: {sorted(live)})")
+        try:
+            zk.create(znodes.REASSIGN, znodes.encode_reassignment(plan), makepath=True)
+        except NodeExistsError:
+            raise AdminError("a reassignment is already in progress (/admin/reassign_partitions)") from None
+        for key, replicas in sorted(plan.items()):
+            print(f"{key[0]}-{key[1]}: {current[key]} -> {replicas}")
+        print("Successfully started reassignment; check with --verify.")
+        return 0
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def run(func, args) -> int:
+    try:
+        return func(args)
+    except AdminError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 1
