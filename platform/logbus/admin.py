@@ -87,10 +87,9 @@ def read_plan(path: str) -> dict[tuple[str, int], list[int]]:
 
 
 def reassign(args) -> int:
+    from broker.cluster import znodes
     from kazoo.client import KazooClient
     from kazoo.exceptions import NodeExistsError
-
-    from broker.cluster import znodes
 
     plan = read_plan(args.plan)
     zk = KazooClient(hosts=args.zookeeper, timeout=10)
