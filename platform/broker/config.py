@@ -98,6 +98,10 @@ KEYS: dict[str, Key] = {
             "(may lose acknowledged data)."),
         Key("auto.leader.rebalance.enable", _bool, True, "Move leadership back to the preferred replica."),
         Key("leader.imbalance.check.interval.seconds", _int(1), 300, "How often the controller does that."),
+        Key("group.initial.rebalance.delay.ms", _int(0), 3000, "A new group waits this long for more members "
+            "before its first rebalance."),
+        Key("group.min.session.timeout.ms", _int(1), 6000, "Smallest session timeout a consumer may ask for."),
+        Key("group.max.session.timeout.ms", _int(1), 1800000, "Largest session timeout a consumer may ask for."),
         Key("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
     ]
 }

@@ -15,6 +15,7 @@ import signal
 import uuid
 
 from broker.config import LONG_MAX, BrokerConfig, ConfigError
+from broker.groups.coordinator import GroupCoordinator
 from broker.log.log import LogConfig, PartitionLog
 from broker.log.manager import LogManager
 from broker.metadata.topics import TOPIC_CONFIGS, TopicError, TopicInfo, TopicStore
@@ -52,6 +53,7 @@ class Broker:
         else:
             self.topics = TopicStore(self.log_dirs[0])
         self.logs = LogManager(self.log_dirs, self.log_config_for)
+        self.groups = GroupCoordinator(self)
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listener: KafkaListener | None = None
         self._stopping = asyncio.Event()
@@ -260,6 +262,7 @@ class Broker:
         await self.listener.start()
         if self.cluster is not None:
             await self.cluster.start()
+        await self.groups.start()
         loop = asyncio.get_running_loop()
         retention_s = self.config["log.retention.check.interval.ms"] / 1000
         flush_s = min(self.config["log.flush.scheduler.interval.ms"], self.config.flush_ms, LONG_MAX) / 1000
@@ -285,6 +288,7 @@ class Broker:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.groups.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self.listener is not None:

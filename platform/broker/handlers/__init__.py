@@ -5,12 +5,21 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     create_topics,
     delete_topics,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sync_group,
 )
 from broker.handlers.registry import APIS, NO_RESPONSE, RawResponse
 

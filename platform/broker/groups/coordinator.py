@@ -1,0 +1,254 @@
+"""The group coordinator of this broker: which groups it coordinates, their state machines (:mod:`group`),
+session expiry, and committed offsets (:mod:`stores`).
+
+Each group has one coordinator among the live brokers, chosen by rendezvous hashing of the group id over the
+registered broker ids, so every broker computes the same answer and only the groups of a broker that leaves
+move. Standalone, this broker coordinates everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import zlib
+
+from broker.groups.group import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, GroupError, JoinResult, Member
+from broker.groups.stores import FileOffsetStore, ZkOffsetStore, assignment_partitions, subscription_topics
+from broker.protocol.messages import ErrorCode
+
+log = logging.getLogger(__name__)
+TICK_S = 0.1
+
+
+def coordinator_for(group_id: str, brokers: list[int]) -> int:
+    if not brokers:
+        return -1
+    return max(brokers, key=lambda b: zlib.crc32(f"{group_id}\0{b}".encode()))
+
+
+class GroupCoordinator:
+    def __init__(self, broker):
+        self.broker = broker
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
+        self.store = None
+        self._task: asyncio.Task | None = None
+        self.initial_delay_ms = broker.config["group.initial.rebalance.delay.ms"]
+
+    async def start(self) -> None:
+        cluster = self.broker.cluster
+        self.store = ZkOffsetStore(cluster.zk) if cluster is not None else FileOffsetStore(self.broker.log_dirs[0])
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    # ---- who coordinates ------------------------------------------------------------------------------------
+    def coordinator_id(self, group_id: str) -> int:
+        if self.broker.cluster is None:
+            return self.broker.node_id
+        return coordinator_for(group_id, sorted(self.broker.cluster.metadata.brokers))
+
+    def check(self, group_id: str) -> None:
+        if not group_id:
+            raise GroupError(ErrorCode.invalid_group_id)
+        if self.coordinator_id(group_id) != self.broker.node_id:
+            raise GroupError(ErrorCode.not_coordinator)
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, self.initial_delay_ms)
+            group.on_stable = self._on_stable
+        return group
+
+    # ---- membership ---------------------------------------------------------------------------------------
+    async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            return JoinResult(exc.error, member_id=member_id)
+        lo, hi = self.broker.config["group.min.session.timeout.ms"], self.broker.config["group.max.session.timeout.ms"]
+        if not lo <= session_timeout_ms <= hi:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
+        group = self._group(group_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_member_id:  # KIP-394: the client must come back with this id
+                group.pending[member_id] = time.monotonic() + session_timeout_ms / 1000
+                return JoinResult(ErrorCode.member_id_required, member_id=member_id)
+        elif member_id not in group.members and member_id not in group.pending:
+            return JoinResult(ErrorCode.unknown_member_id, member_id=member_id)
+        group.pending.pop(member_id, None)
+        known = group.members.get(member_id)
+        changed = known is None or known.protocols != protocols
+        group.add_or_update(Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
+                                   rebalance_timeout_ms, protocol_type, list(protocols)))
+        member = group.members[member_id]
+        if known is None:
+            topics = subscription_topics(protocols[0][1]) if protocol_type == "consumer" else []
+            self._background(self.store.member_joined(group_id, member_id, {
+                "version": 1, "subscription": {t: 1 for t in topics}, "client_id": client_id,
+                "host": client_host, "timestamp": str(int(time.time() * 1000))}))
+        if group.state == STABLE and not changed and member_id != group.leader:
+            # a follower rejoining with the same subscription: the current generation stands
+            return JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol, group.leader,
+                              member_id, [])
+        if group.state in (EMPTY, STABLE, COMPLETING):
+            group.prepare_rebalance()
+        future = asyncio.get_running_loop().create_future()
+        member.join_future = future
+        self._maybe_complete(group)
+        return await future
+
+    def _member(self, group_id: str, member_id: str, generation: int) -> tuple[Group, Member]:
+        """The group and member a request names, its session refreshed; GroupError when it is not valid."""
+        self.check(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        group.check_member(member_id, generation)
+        member = group.members[member_id]
+        member.last_heartbeat = time.monotonic()
+        return group, member
+
+    async def sync(self, group_id: str, member_id: str, generation: int,
+                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+        try:
+            group, member = self._member(group_id, member_id, generation)
+        except GroupError as exc:
+            return exc.error, b""
+        if group.state == PREPARING:
+            return ErrorCode.rebalance_in_progress, b""
+        if group.state == STABLE:
+            return ErrorCode.none, member.assignment
+        future = asyncio.get_running_loop().create_future()
+        member.sync_future = future
+        if member_id == group.leader:
+            group.complete_sync(assignments)
+        return await future
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        try:
+            group, _member = self._member(group_id, member_id, generation)
+        except GroupError as exc:
+            return exc.error
+        if group.state == PREPARING:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, group_id: str, member_ids: list[str]) -> tuple[ErrorCode, list[ErrorCode]]:
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            return exc.error, [exc.error] * len(member_ids)
+        group = self.groups.get(group_id)
+        results = []
+        for member_id in member_ids:
+            if group is None or group.remove(member_id) is None:
+                results.append(ErrorCode.unknown_member_id)
+                continue
+            results.append(ErrorCode.none)
+            self._background(self.store.member_left(group_id, member_id))
+            log.info("group %s: member %s left", group_id, member_id)
+        if group is not None and any(r == ErrorCode.none for r in results):
+            self._rebalance_after_loss(group)
+        return ErrorCode.none, results
+
+    def _rebalance_after_loss(self, group: Group) -> None:
+        if group.state in (STABLE, COMPLETING) and group.members:
+            group.prepare_rebalance()
+        elif not group.members and group.state != PREPARING:
+            group.state, group.leader, group.protocol = EMPTY, None, None
+        self._maybe_complete(group)
+
+    def _maybe_complete(self, group: Group) -> None:
+        if group.ready_to_complete(time.monotonic()):
+            group.complete_join()
+            log.info("group %s: generation %d, %d member(s), protocol %s, state %s", group.group_id,
+                     group.generation, len(group.members), group.protocol, group.state)
+
+    def _on_stable(self, group: Group) -> None:
+        owners = {}
+        if group.protocol_type == "consumer":
+            for m in group.members.values():
+                for tp in assignment_partitions(m.assignment):
+                    owners[tp] = m.member_id
+        self._background(self.store.owners(group.group_id, owners))
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            for group in list(self.groups.values()):
+                expired = group.expired(now)
+                for member_id in expired:
+                    group.remove(member_id)
+                    self._background(self.store.member_left(group.group_id, member_id))
+                    log.info("group %s: member %s expired (session timeout)", group.group_id, member_id)
+                if expired:
+                    self._rebalance_after_loss(group)
+                self._maybe_complete(group)
+
+    def _background(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or
+                               log.warning("group registry write failed: %s", t.exception()))
+
+    # ---- offsets ----------------------------------------------------------------------------------------------
+    async def _offsets(self, group_id: str) -> dict[tuple[str, int], tuple[int, str]]:
+        if group_id not in self.offsets:
+            self.offsets[group_id] = await self.store.load(group_id)
+        return self.offsets[group_id]
+
+    async def commit(self, group_id: str, member_id: str, generation: int,
+                     offsets: dict[tuple[str, int], tuple[int, str]]) -> ErrorCode:
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            return exc.error
+        group = self.groups.get(group_id)
+        if generation >= 0 or member_id:
+            if group is None:
+                return ErrorCode.unknown_member_id if member_id else ErrorCode.illegal_generation
+            try:
+                group.check_member(member_id, generation)
+            except GroupError as exc:
+                return exc.error
+            if group.state == COMPLETING:
+                return ErrorCode.rebalance_in_progress
+            group.members[member_id].last_heartbeat = time.monotonic()
+        elif group is not None and group.members:
+            return ErrorCode.unknown_member_id  # a simple (generation -1) commit while a live group owns it
+        await self._offsets(group_id)
+        await self.store.commit(group_id, offsets)
+        self.offsets[group_id].update(offsets)
+        return ErrorCode.none
+
+    async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                            ) -> tuple[ErrorCode, dict[tuple[str, int], tuple[int, str]]]:
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            return exc.error, {}
+        committed = await self._offsets(group_id)
+        if partitions is None:
+            return ErrorCode.none, dict(committed)
+        return ErrorCode.none, {tp: committed.get(tp, (-1, "")) for tp in partitions}
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            return exc.error, None
+        return ErrorCode.none, self.groups.get(group_id)
+
+    def listed(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state != DEAD]

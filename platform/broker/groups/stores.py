@@ -1,0 +1,169 @@
+"""Where group state outlives the coordinator.
+
+Cluster mode: the paper's ZooKeeper registries (§3.2), visible with ``zkCli.sh``:
+
+    /consumers/<group>/ids/<member>                 ephemeral: the consumer registry (subscription, client)
+    /consumers/<group>/owners/<topic>/<partition>   ephemeral: the ownership registry (the owning member)
+    /consumers/<group>/offsets/<topic>/<partition>  persistent: the offset registry (the offset, as text)
+
+Ephemeral nodes belong to the coordinating broker's session, so they vanish with it; offsets survive any
+failover and a full restart. Standalone mode keeps offsets in ``consumer-offsets.json`` in the first log dir and
+has no registries. Also here: reading the consumer protocol's subscription and assignment bytes (only to fill
+the registries; the coordinator passes them on untouched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+CONSUMERS = "/consumers"
+
+
+def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">h", buf, pos)
+    return buf[pos + 2: pos + 2 + n].decode(), pos + 2 + n
+
+
+def subscription_topics(metadata: bytes) -> list[str]:
+    """Topics of a ConsumerProtocolSubscription (version, topics, user data, ...)."""
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", metadata, pos)
+        pos += 4
+        topics = []
+        for _ in range(max(count, 0)):
+            name, pos = _read_string(metadata, pos)
+            topics.append(name)
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
+    """(topic, partition) pairs of a ConsumerProtocolAssignment (version, [topic, [partition]], user data)."""
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", assignment, pos)
+        pos += 4
+        out = []
+        for _ in range(max(count, 0)):
+            topic, pos = _read_string(assignment, pos)
+            (n,) = struct.unpack_from(">i", assignment, pos)
+            pos += 4
+            out.extend((topic, p) for p in struct.unpack_from(f">{n}i", assignment, pos))
+            pos += 4 * n
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+class FileOffsetStore:
+    """Standalone mode: committed offsets in one JSON file, rewritten atomically on every commit."""
+
+    def __init__(self, log_dir: str):
+        self.path = os.path.join(log_dir, "consumer-offsets.json")
+        self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                for group, entries in json.load(f).items():
+                    self.offsets[group] = {(t, int(p)): (o, m) for t, p, o, m in entries}
+
+    async def load(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+        return dict(self.offsets.get(group, {}))
+
+    async def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        self.offsets.setdefault(group, {}).update(offsets)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({g: [[t, p, o, m] for (t, p), (o, m) in e.items()] for g, e in self.offsets.items()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    async def member_joined(self, group: str, member_id: str, data: dict) -> None:
+        pass
+
+    async def member_left(self, group: str, member_id: str) -> None:
+        pass
+
+    async def owners(self, group: str, owners: dict[tuple[str, int], str]) -> None:
+        pass
+
+
+class ZkOffsetStore:
+    """Cluster mode: the paper's registries in ZooKeeper (calls run on the ZooKeeper worker thread)."""
+
+    def __init__(self, zk):
+        self.zk = zk
+
+    async def load(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+        return await self.zk.call(self._load, group)
+
+    def _load(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+        client = self.zk.client
+        base = f"{CONSUMERS}/{group}/offsets"
+        out = {}
+        try:
+            topics = client.get_children(base)
+        except NoNodeError:
+            return out
+        for topic in topics:
+            for p in client.get_children(f"{base}/{topic}"):
+                data, _ = client.get(f"{base}/{topic}/{p}")
+                out[(topic, int(p))] = (int(data.decode()), "")
+        return out
+
+    async def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        await self.zk.call(self._commit, group, offsets)
+
+    def _commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        client = self.zk.client
+        for (topic, p), (offset, _meta) in offsets.items():
+            path = f"{CONSUMERS}/{group}/offsets/{topic}/{p}"
+            data = str(offset).encode()
+            try:
+                client.set(path, data)
+            except NoNodeError:
+                try:
+                    client.create(path, data, makepath=True)
+                except NodeExistsError:
+                    client.set(path, data)
+
+    async def member_joined(self, group: str, member_id: str, data: dict) -> None:
+        await self.zk.call(self._ephemeral, f"{CONSUMERS}/{group}/ids/{member_id}", json.dumps(data).encode())
+
+    async def member_left(self, group: str, member_id: str) -> None:
+        await self.zk.call(self._delete, f"{CONSUMERS}/{group}/ids/{member_id}")
+
+    async def owners(self, group: str, owners: dict[tuple[str, int], str]) -> None:
+        await self.zk.call(self._owners, group, owners)
+
+    def _owners(self, group: str, owners: dict[tuple[str, int], str]) -> None:
+        client = self.zk.client
+        base = f"{CONSUMERS}/{group}/owners"
+        try:
+            for topic in client.get_children(base):
+                for p in client.get_children(f"{base}/{topic}"):
+                    if (topic, int(p)) not in owners:
+                        self._delete(f"{base}/{topic}/{p}")
+        except NoNodeError:
+            pass
+        for (topic, p), member_id in owners.items():
+            self._ephemeral(f"{base}/{topic}/{p}", member_id.encode())
+
+    def _ephemeral(self, path: str, data: bytes) -> None:
+        client = self.zk.client
+        try:
+            client.create(path, data, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            client.set(path, data)
+
+    def _delete(self, path: str) -> None:
+        try:
+            self.zk.client.delete(path)
+        except NoNodeError:
+            pass

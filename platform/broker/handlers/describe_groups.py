@@ -1,0 +1,29 @@
+"""DescribeGroups (key 15), v0–5: state, protocol and members (with their metadata and assignment)."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+
+KEY = 15
+
+
+@handles(KEY, "DescribeGroups", 0, 5)
+def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    group_cls = nested(cls, "DescribedGroup")
+    member_cls = nested(cls, "DescribedGroupMember")
+    out = []
+    for group_id in request.groups:
+        error, group = broker.groups.describe(group_id)
+        if group is None:
+            out.append(build(group_cls, error_code=error, group_id=group_id,
+                             group_state="Dead" if error == ErrorCode.none else "", protocol_type="",
+                             protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
+        members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                              client_id=m.client_id, client_host=m.client_host,
+                              member_metadata=m.metadata_for(group.protocol) if group.protocol else b"",
+                              member_assignment=m.assignment) for m in group.members.values())
+        out.append(build(group_cls, error_code=0, group_id=group_id, group_state=group.state,
+                         protocol_type=group.protocol_type or "", protocol_data=group.protocol or "",
+                         members=members, authorized_operations=-2147483648))
+    return build(cls, throttle_time=0, groups=tuple(out))

@@ -1,0 +1,13 @@
+"""Heartbeat (key 12), v0–4: keeps a member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import build, response_class
+
+KEY = 12
+
+
+@handles(KEY, "Heartbeat", 0, 4)
+def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    error = broker.groups.heartbeat(request.group_id, request.member_id, request.generation_id)
+    return build(cls, throttle_time=0, error_code=error)

@@ -1,0 +1,16 @@
+"""ListGroups (key 16), v0–4: the groups this broker coordinates (v4: filtered by state)."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import build, nested, response_class
+
+KEY = 16
+
+
+@handles(KEY, "ListGroups", 0, 4)
+def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    listed_cls = nested(cls, "ListedGroup")
+    states = set(getattr(request, "states_filter", ()) or ())
+    groups = tuple(build(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
+                         group_state=g.state) for g in broker.groups.listed() if not states or g.state in states)
+    return build(cls, throttle_time=0, error_code=0, groups=groups)

@@ -1,0 +1,28 @@
+"""OffsetFetch (key 9), v1–7: a group's committed offsets (-1 where none); null topics (v2+) means all."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import build, nested, response_class
+
+KEY = 9
+
+
+@handles(KEY, "OffsetFetch", 1, 7)
+async def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    partition_cls = nested(cls, "OffsetFetchResponsePartition")
+    wanted = None
+    if request.topics is not None:
+        wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    error, committed = await broker.groups.fetch_offsets(request.group_id, wanted)
+    by_topic: dict[str, list] = {}
+    for (topic, p), (offset, meta) in sorted(committed.items()):
+        by_topic.setdefault(topic, []).append(build(
+            partition_cls, partition_index=p, committed_offset=offset, committed_leader_epoch=-1, metadata=meta,
+            error_code=error))
+    if wanted is not None and error.value:  # per-partition errors for versions without a top-level code
+        for topic, p in wanted:
+            by_topic.setdefault(topic, []).append(build(partition_cls, partition_index=p, committed_offset=-1,
+                                                        committed_leader_epoch=-1, metadata="", error_code=error))
+    topics = tuple(build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    return build(cls, throttle_time=0, topics=topics, error_code=error)

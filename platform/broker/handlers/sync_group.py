@@ -1,0 +1,16 @@
+"""SyncGroup (key 14), v0–5: the leader hands in the assignment; every member gets its part."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import build, response_class
+
+KEY = 14
+
+
+@handles(KEY, "SyncGroup", 0, 5)
+async def handle(broker, header, request):
+    cls = response_class(KEY, header.api_version)
+    error, assignment = await broker.groups.sync(request.group_id, request.member_id, request.generation_id,
+                                                 {a.member_id: a.assignment for a in request.assignments})
+    group = broker.groups.groups.get(request.group_id)
+    return build(cls, throttle_time=0, error_code=error, assignment=assignment,
+                 protocol_type=group.protocol_type if group else None, protocol_name=group.protocol if group else None)
