@@ -25,6 +25,13 @@ def _int(lo: int | None = None):
     return parse
 
 
+def _ratio(raw: str) -> float:
+    value = float(raw.strip())
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
 def _bool(raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered not in ("true", "false"):
@@ -102,6 +109,10 @@ KEYS: dict[str, Key] = {
             "before its first rebalance."),
         Key("group.min.session.timeout.ms", _int(1), 6000, "Smallest session timeout a consumer may ask for."),
         Key("group.max.session.timeout.ms", _int(1), 1800000, "Largest session timeout a consumer may ask for."),
+        Key("log.cleaner.enable", _bool, True, "Run the log cleaner for compacted topics."),
+        Key("log.cleaner.backoff.ms", _int(1), 15000, "Pause of the cleaner when no log needs cleaning."),
+        Key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, "Dirty ratio above which a log gets cleaned."),
+        Key("log.cleaner.delete.retention.ms", _int(0), 86400000, "How long tombstones are kept."),
         Key("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
     ]
 }

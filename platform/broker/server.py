@@ -16,9 +16,10 @@ import uuid
 
 from broker.config import LONG_MAX, BrokerConfig, ConfigError
 from broker.groups.coordinator import GroupCoordinator
+from broker.log.cleaner import LogCleaner
 from broker.log.log import LogConfig, PartitionLog
 from broker.log.manager import LogManager
-from broker.metadata.topics import TOPIC_CONFIGS, TopicError, TopicInfo, TopicStore
+from broker.metadata.topics import TOPIC_CONFIGS, TopicError, TopicInfo, TopicStore, validate_topic_configs
 from broker.network.server import KafkaListener
 from broker.protocol.messages import ErrorCode
 
@@ -54,6 +55,7 @@ class Broker:
             self.topics = TopicStore(self.log_dirs[0])
         self.logs = LogManager(self.log_dirs, self.log_config_for)
         self.groups = GroupCoordinator(self)
+        self.cleaner = LogCleaner(self)
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listener: KafkaListener | None = None
         self._stopping = asyncio.Event()
@@ -97,6 +99,8 @@ class Broker:
             "message.timestamp.type": "CreateTime",
             "min.insync.replicas": str(c["min.insync.replicas"]),
             "file.delete.delay.ms": "60000",
+            "min.cleanable.dirty.ratio": str(c["log.cleaner.min.cleanable.ratio"]),
+            "delete.retention.ms": str(c["log.cleaner.delete.retention.ms"]),
         }
 
     def topic_config_values(self, info: TopicInfo) -> dict[str, tuple[str, int]]:
@@ -159,6 +163,22 @@ class Broker:
         self.topics.delete(name)
         self.logs.delete_topic(name)
         log.info("deleted topic %s", name)
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+        """Replace a topic's config overrides (IncrementalAlterConfigs computes the new set)."""
+        validate_topic_configs(configs)
+        if validate_only:
+            return
+        if self.cluster is not None:
+            await self.cluster.set_topic_configs(name, configs)
+        else:
+            self.topics.set_configs(name, configs)
+        self.refresh_log_configs(name)
+
+    def refresh_log_configs(self, topic: str) -> None:
+        for (t, _p), plog in self.logs.logs.items():
+            if t == topic:
+                plog.config = self.log_config_for(topic)
 
     def log_for(self, topic: str, partition: int) -> PartitionLog:
         return self.logs.get(topic, partition) or self.logs.create(topic, partition)
@@ -271,6 +291,9 @@ class Broker:
             loop.create_task(self._every(min(flush_s, 3600.0), self.logs.flush_due)),
             loop.create_task(self._every(CHECKPOINT_INTERVAL_S, self.logs.checkpoint)),
         ]
+        if self.config["log.cleaner.enable"]:
+            self._tasks.append(loop.create_task(self._every(self.config["log.cleaner.backoff.ms"] / 1000,
+                                                            self.cleaner.run_once)))
         log.info("logbus broker %d listening on %s:%d (log.dirs=%s)", self.node_id, host, self.listener.port,
                  ",".join(self.log_dirs))
 
@@ -278,7 +301,9 @@ class Broker:
         while True:
             await asyncio.sleep(seconds)
             try:
-                action()
+                result = action()
+                if asyncio.iscoroutine(result):
+                    await result
             except Exception:
                 log.exception("background task failed")
 

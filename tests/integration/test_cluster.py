@@ -283,11 +283,44 @@ def test_topics_cli_and_reassignment_without_a_consumer_visible_gap(cluster, tmp
 
 
 def test_preferred_leader_is_restored_when_back_in_sync(cluster):
+    """Also: a consumer reading across the failover validates its position with OffsetForLeaderEpoch."""
+    import logging
+
     c = cluster(leader_imbalance_check_interval_seconds=1)
     create(c, "pref", 1, 3)
     preferred = json.loads(c.zk().get("/brokers/topics/pref")[0])["partitions"]["0"][0]
     assert leader_of(c, "pref") == preferred
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce("pref", str(i).encode())
+    assert producer.flush(10) == 0
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    rdlog = logging.getLogger("rdkafka-capture")
+    rdlog.addHandler(Capture())
+    rdlog.setLevel(logging.DEBUG)
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "epoch", "enable.auto.commit": False,
+                         "debug": "fetch,topic", "logger": rdlog})
+    consumer.assign([TopicPartition("pref", 0, 0)])
+    got = 0
+    while got < 100:
+        got += len([m for m in consumer.consume(100, timeout=1) if not m.error()])
     c.brokers[preferred].kill9()
     wait_until(lambda: leader_of(c, "pref") not in (preferred, -1), 30, what="failover")
+    for i in range(100, 110):
+        producer.produce("pref", str(i).encode())
+    assert producer.flush(30) == 0
+    while got < 110:
+        got += len([m for m in consumer.consume(100, timeout=1) if not m.error()])
+        consumer.poll(0)
+    consumer.close()
+    # librdkafka sent OffsetForLeaderEpoch for its position and accepted the answer (no truncation detected)
+    assert any("querying broker for epoch validation" in line for line in lines), lines[-20:]
+    assert any("validate-epoch-wait -> active" in line for line in lines), lines[-20:]
+    assert not any("truncat" in line.lower() for line in lines)
     c.brokers[preferred].start()
     wait_until(lambda: leader_of(c, "pref") == preferred, 40, what="preferred leader back")

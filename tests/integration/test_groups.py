@@ -65,6 +65,14 @@ def test_three_consumers_share_partitions_and_survive_a_kill(cluster, tmp_path):
         # steady state: three members, every partition owned (the paper's registries in ZooKeeper)
         wait_until(lambda: len(zk_children(c, "/consumers/grp/ids")) == 3, 60, what="3 members registered")
         wait_until(lambda: len(zk_children(c, "/consumers/grp/owners/events")) == 6, 60, what="6 owners")
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})  # DescribeGroups, ListGroups
+        listed = admin.list_consumer_groups().result(20)
+        assert "grp" in [g.group_id for g in listed.valid]
+        described = wait_until(lambda: [d for d in [admin.describe_consumer_groups(["grp"])["grp"].result(20)]
+                                        if len(d.members) == 3 and str(d.state).endswith("STABLE")], 60,
+                               what="a stable group of 3")[0]
+        assert sorted(tp.partition for m in described.members for tp in m.assignment.topic_partitions) == \
+            list(range(6))
         time.sleep(1)
         produce(c.bootstrap, "events", 0, 30_000)
         wait_until(lambda: len(read_lines(outs)) >= 30_000, 60, what="first 30,000 consumed")

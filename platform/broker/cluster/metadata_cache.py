@@ -22,8 +22,10 @@ log = logging.getLogger(__name__)
 
 
 class ClusterMetadata:
-    def __init__(self, zk: Zk, on_partition: Callable[[str, int], None], on_topic_deleted: Callable[[str], None]):
+    def __init__(self, zk: Zk, on_partition: Callable[[str, int], None], on_topic_deleted: Callable[[str], None],
+                 on_config: Callable[[str], None] = lambda _t: None):
         self.zk = zk
+        self.on_config = on_config
         self.on_partition = on_partition
         self.on_topic_deleted = on_topic_deleted
         self.brokers: dict[int, znodes.BrokerInfo] = {}
@@ -124,6 +126,7 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         if info is not None:
             info.configs = configs
+            self.on_config(topic)
         else:
             self._pending_configs[topic] = configs
         self._touch()

@@ -41,7 +41,8 @@ class ReplicaManager:
         self.broker_id = broker.node_id
         self.zk = Zk(cfg["zookeeper.connect"], cfg["zookeeper.session.timeout.ms"],
                      cfg["zookeeper.connection.timeout.ms"])
-        self.metadata = ClusterMetadata(self.zk, self._on_partition, self._on_topic_deleted)
+        self.metadata = ClusterMetadata(self.zk, self._on_partition, self._on_topic_deleted,
+                                        broker.refresh_log_configs)
         self.controller = Controller(self.broker_id, self.zk, cfg)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -272,6 +273,15 @@ class ReplicaManager:
         await self.metadata.wait_until(lambda: self.metadata.partition_ready(name), 10)
         log.info("created topic %s: %s", name, assignment)
         return info
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        path = znodes.config_path(name)
+        data = znodes.encode_topic_config(configs)
+        try:
+            await self.zk.call(self.zk.client.set, path, data)
+        except NoNodeError:
+            await self.zk.call(self.zk.client.create, path, data, makepath=True)
+        await self.metadata.wait_until(lambda: self.metadata.topics[name].configs == configs, 10)
 
     async def delete_topic(self, name: str) -> None:
         if name not in self.metadata.topics:

@@ -9,6 +9,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,

@@ -19,7 +19,7 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
 )
-from broker.protocol import produce_response, records
+from broker.protocol import produce_response, record_reader, records
 from broker.protocol.messages import ErrorCode, ms
 
 KEY = 0
@@ -50,6 +50,9 @@ def append_partition(broker, topic: str, partition: int, data, acks: int) -> tup
         return ErrorCode.message_too_large, -1, plog.log_start_offset, str(exc), -1
     except records.InvalidBatch as exc:
         return ErrorCode.corrupt_message, -1, plog.log_start_offset, str(exc), -1
+    if broker.cleaner.compacted(topic) and not record_reader.keys_present(data):
+        return (ErrorCode.invalid_record, -1, plog.log_start_offset,
+                "compacted topic: every record needs a key", -1)
     try:
         base = plog.append(data, summary)
     except DuplicateSequence as dup:

@@ -73,32 +73,50 @@ class PartitionLog:
 
     # ---- loading ------------------------------------------------------------------------------------------
     def _load(self, clean_shutdown: bool) -> None:
+        swapped = self._finish_interrupted_swaps()
         bases = sorted(int(name[:-4]) for name in os.listdir(self.dir)
                        if name.endswith(".log") and name[:-4].isdigit())
-        for name in os.listdir(self.dir):  # left-overs of a deletion interrupted by a crash
-            if name.endswith(".deleted"):
-                os.unlink(os.path.join(self.dir, name))
+        truncated_at = None
         for i, base in enumerate(bases):
             segment = LogSegment(self.dir, base, self.config.index_interval_bytes)
             following = bases[i + 1] if i + 1 < len(bases) else None
-            if clean_shutdown or (following is not None and following <= self.recovery_point):
+            if base not in swapped and (clean_shutdown or (following is not None and
+                                                           following <= self.recovery_point)):
                 segment.load()
-            else:
-                segment.recover(self.config.max_message_bytes + records.LOG_OVERHEAD)
+            elif segment.recover(self.config.max_message_bytes + records.LOG_OVERHEAD) and truncated_at is None:
+                truncated_at = i
             self._add(segment)
         if not self.segments:
             self._add(LogSegment(self.dir, 0, self.config.index_interval_bytes))
-        if not clean_shutdown:
-            # A recovered segment may have lost its tail; any later segment is then unreachable garbage.
-            for i in range(len(self.segments) - 1):
-                if self.segments[i].next_offset < self.segments[i + 1].base_offset:
-                    for dropped in self.segments[i + 1:]:
-                        log.warning("recovery: dropping segment %s after a truncated one", dropped.path)
-                        dropped.delete()
-                    del self.segments[i + 1:]
-                    del self._bases[i + 1:]
-                    break
+        if truncated_at is not None:
+            # A recovered segment lost its tail; any later segment is then unreachable garbage. (Offset gaps
+            # between segments are normal after compaction; only a truncation drops what follows.)
+            for dropped in self.segments[truncated_at + 1:]:
+                log.warning("recovery: dropping segment %s after a truncated one", dropped.path)
+                dropped.delete()
+            del self.segments[truncated_at + 1:]
+            del self._bases[truncated_at + 1:]
         self.recovery_point = self.log_end_offset
+
+    def _finish_interrupted_swaps(self) -> set[int]:
+        """Crash safety of compaction (see cleaner.py): a ``.cleaned`` file was never complete, so it goes;
+        a ``.swap`` file was, so it replaces its segment. Also removes left-overs of interrupted deletions.
+        Returns the base offsets of swapped-in segments (their indexes are rebuilt)."""
+        swapped = set()
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if name.endswith((".deleted", ".cleaned")):
+                os.unlink(path)
+            elif name.endswith(".log.swap"):
+                base = int(name.split(".")[0])
+                for suffix in (".index", ".timeindex"):
+                    try:
+                        os.unlink(os.path.join(self.dir, f"{base:020d}{suffix}"))
+                    except FileNotFoundError:
+                        pass
+                os.replace(path, os.path.join(self.dir, f"{base:020d}.log"))
+                swapped.add(base)
+        return swapped
 
     def _add(self, segment: LogSegment) -> None:
         self.segments.append(segment)
@@ -313,6 +331,15 @@ class PartitionLog:
         if deleted:
             self.epochs.truncate_from_start(self.log_start_offset)
         return deleted
+
+    def retire_segment(self, segment: LogSegment, schedule_delete) -> None:
+        """Rename a segment's files away (``.deleted``) and close them later; the caller puts a replacement
+        with the same base offset in place (:meth:`replace_segment`)."""
+        self._delete_later(segment, schedule_delete)
+
+    def replace_segment(self, old: LogSegment, fresh: LogSegment) -> None:
+        i = self.segments.index(old)
+        self.segments[i] = fresh
 
     def _delete_later(self, segment: LogSegment, schedule_delete) -> None:
         """Rename to ``.deleted`` now; close and unlink after ``file.delete.delay.ms`` so in-flight

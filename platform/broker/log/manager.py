@@ -102,6 +102,9 @@ class LogManager:
             self._dir_of.pop(key, None)
         self.checkpoint()
 
+    def dir_of(self, topic: str, partition: int) -> str | None:
+        return self._dir_of.get((topic, partition))
+
     def delete(self, topic: str, partition: int) -> None:
         plog = self.logs.pop((topic, partition), None)
         if plog is not None:

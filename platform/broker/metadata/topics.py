@@ -28,6 +28,8 @@ TOPIC_CONFIGS: dict[str, str | None] = {
     "message.timestamp.type": None,
     "min.insync.replicas": None,
     "file.delete.delay.ms": None,
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
 }
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -56,6 +58,12 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
         if key == "cleanup.policy":
             if not set(value.split(",")) <= {"delete", "compact"}:
                 raise TopicError("invalid_config", f"cleanup.policy must be delete and/or compact, not {value!r}")
+        elif key == "min.cleanable.dirty.ratio":
+            try:
+                if not 0.0 <= float(value) <= 1.0:
+                    raise ValueError
+            except ValueError:
+                raise TopicError("invalid_config", f"{key} must be a number between 0 and 1, not {value!r}") from None
         elif key == "message.timestamp.type":
             if value != "CreateTime":
                 raise TopicError("invalid_config", "only message.timestamp.type=CreateTime is supported")
@@ -120,6 +128,10 @@ class TopicStore:
             self.topics[name] = info
             self._save()
         return info
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.topics[name].configs = dict(configs)
+        self._save()
 
     def delete(self, name: str) -> None:
         if self.topics.pop(name, None) is None:

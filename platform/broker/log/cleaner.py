@@ -1,0 +1,175 @@
+"""Log compaction (``cleanup.policy=compact``): keep at least the latest value of every key.
+
+A compacted log has a clean section (already compacted, before the cleaner checkpoint) and a dirty section
+(written since), up to the first uncleanable offset: the start of the active segment, or the high watermark if
+lower (the active segment is never cleaned, uncommitted data neither). Every ``log.cleaner.backoff.ms`` the
+cleaner takes the log with the highest dirty ratio (dirty bytes / cleanable bytes) above its
+``min.cleanable.dirty.ratio`` and:
+
+1. builds an offset map of the dirty section: key → latest offset (a key's 16-byte digest, so memory is bounded
+   by the number of distinct keys, not their size);
+2. rewrites every cleanable segment keeping a record only if no later offset of its key is in the map, and
+   dropping tombstones (null values) older than ``delete.retention.ms``; survivors keep their offsets (a batch
+   keeps its base offset and last offset delta; compressed batches are rewritten uncompressed);
+3. swaps each rewritten segment in: ``<base>.log.cleaned`` (written and fsync'd off the event loop) is renamed to
+   ``.log.swap``, the old files are renamed ``.deleted`` (closed later, so in-flight sendfile calls finish), and
+   ``.swap`` becomes the segment. A crash before the rename to ``.swap`` leaves the old segment; after it, start-up
+   completes the swap (see PartitionLog._finish_interrupted_swaps): the log is always consistent;
+4. moves the checkpoint (``cleaner-offset-checkpoint``, Kafka's format) to the end of the cleaned range.
+
+The record-level work runs in a worker thread on immutable (non-active) segments; the swap runs on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+
+from broker.log.log import PartitionLog
+from broker.log.manager import read_checkpoint, write_checkpoint
+from broker.log.segment import LogSegment
+from broker.protocol import records
+from broker.protocol.record_reader import rebuild_batch, records_of
+
+log = logging.getLogger(__name__)
+CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.md5(key, usedforsecurity=False).digest()
+
+
+def _batches(path: str, size: int):
+    with open(path, "rb") as f:
+        data = f.read(size)
+    pos = 0
+    while pos + records.HEADER_SIZE <= len(data):
+        header = records.read_header(data, pos)
+        if pos + header.size > len(data):
+            return
+        yield data[pos: pos + header.size]
+        pos += header.size
+
+
+def build_offset_map(paths: list[tuple[str, int]]) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for path, size in paths:
+        for batch in _batches(path, size):
+            _, recs = records_of(batch)
+            for offset, key, _tombstone, _raw in recs:
+                if key is not None:
+                    latest[_digest(key)] = offset
+    return latest
+
+
+def clean_segment(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int) -> tuple[int, int]:
+    """Write ``path.cleaned`` with the surviving records; returns (records kept, records dropped)."""
+    kept = dropped = 0
+    with open(path + ".cleaned", "wb") as out:
+        for batch in _batches(path, size):
+            header, recs = records_of(batch)
+            survivors = []
+            for offset, key, tombstone, raw in recs:
+                if key is not None and latest.get(_digest(key), -1) > offset:
+                    dropped += 1
+                elif tombstone and header.max_timestamp < drop_tombstones_before_ms:
+                    dropped += 1
+                else:
+                    survivors.append(raw)
+            kept += len(survivors)
+            if len(survivors) == len(recs):
+                out.write(batch)
+            elif survivors:
+                out.write(rebuild_batch(header, survivors))
+        out.flush()
+        os.fsync(out.fileno())
+    return kept, dropped
+
+
+class LogCleaner:
+    def __init__(self, broker):
+        self.broker = broker
+        self.first_dirty: dict[tuple[str, int], int] = {}
+        for log_dir in broker.log_dirs:
+            path = os.path.join(log_dir, CHECKPOINT)
+            if os.path.exists(path):
+                self.first_dirty.update(read_checkpoint(path))
+        self.busy = False
+
+    def _setting(self, topic: str, name: str, broker_key: str) -> str:
+        info = self.broker.topics.get(topic)
+        configs = info.configs if info else {}
+        return configs.get(name, str(self.broker.config[broker_key]))
+
+    def compacted(self, topic: str) -> bool:
+        return "compact" in self._setting(topic, "cleanup.policy", "log.cleanup.policy").split(",")
+
+    def cleanable(self, plog: PartitionLog) -> tuple[float, list[LogSegment], int]:
+        """(dirty ratio, cleanable segments, first dirty offset)."""
+        key = (plog.topic, plog.partition)
+        first_dirty = max(self.first_dirty.get(key, plog.log_start_offset), plog.log_start_offset)
+        end = min(plog.active.base_offset, plog.high_watermark)
+        segments = [s for i, s in enumerate(plog.segments[:-1]) if plog.segments[i + 1].base_offset <= end]
+        dirty = sum(s.size for s in segments if s.base_offset >= first_dirty)
+        total = sum(s.size for s in segments)
+        return (dirty / total if total else 0.0), segments, first_dirty
+
+    async def run_once(self) -> bool:
+        """Clean the dirtiest log above its threshold; True if one was cleaned."""
+        if self.busy:
+            return False
+        best = None
+        for (topic, partition), plog in list(self.broker.logs.logs.items()):
+            if not self.compacted(topic):
+                continue
+            ratio, segments, first_dirty = self.cleanable(plog)
+            threshold = float(self._setting(topic, "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"))
+            if segments and ratio > 0 and ratio >= threshold and (best is None or ratio > best[0]):
+                best = (ratio, plog, segments, first_dirty)
+        if best is None:
+            return False
+        self.busy = True
+        try:
+            await self.clean(best[1], best[2], best[3])
+        finally:
+            self.busy = False
+        return True
+
+    async def clean(self, plog: PartitionLog, segments: list[LogSegment], first_dirty: int) -> None:
+        retention = int(self._setting(plog.topic, "delete.retention.ms", "log.cleaner.delete.retention.ms"))
+        cutoff = int(time.time() * 1000) - retention
+        dirty = [(s.path, s.size) for s in segments if s.base_offset >= first_dirty]
+        following = plog.segments[plog.segments.index(segments[-1]) + 1].base_offset
+        started = time.monotonic()
+        latest = await asyncio.to_thread(build_offset_map, dirty)
+        jobs = [(s, s.path, s.size) for s in segments]
+        results = await asyncio.to_thread(
+            lambda: [clean_segment(path, size, latest, cutoff) for _, path, size in jobs])
+        for segment, path, _ in jobs:
+            self._swap(plog, segment, path)
+        self.first_dirty[(plog.topic, plog.partition)] = following
+        self.checkpoint()
+        log.info("cleaned %s-%d: %d segment(s), %d record(s) kept, %d dropped, %d key(s) in the map, %.2fs",
+                 plog.topic, plog.partition, len(segments), sum(k for k, _ in results),
+                 sum(d for _, d in results), len(latest), time.monotonic() - started)
+
+    def _swap(self, plog: PartitionLog, old: LogSegment, path: str) -> None:
+        if old not in plog.segments:  # deleted by retention or truncation meanwhile: drop the result
+            os.unlink(path + ".cleaned")
+            return
+        os.replace(path + ".cleaned", path + ".swap")
+        plog.retire_segment(old, asyncio.get_running_loop().call_later)
+        os.replace(path + ".swap", path)
+        fresh = LogSegment(plog.dir, old.base_offset, plog.config.index_interval_bytes)
+        fresh.recover()
+        plog.replace_segment(old, fresh)
+
+    def checkpoint(self) -> None:
+        for log_dir in self.broker.log_dirs:
+            entries = {k: v for k, v in self.first_dirty.items()
+                       if self.broker.logs.dir_of(*k) == log_dir}
+            write_checkpoint(os.path.join(log_dir, CHECKPOINT), entries)
+
