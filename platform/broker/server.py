@@ -139,6 +139,7 @@ class Broker:
             flush_ms=int(values["flush.ms"]),
             max_message_bytes=int(values["max.message.bytes"]),
             file_delete_delay_ms=int(values["file.delete.delay.ms"]),
+            cleanup_policy=values["cleanup.policy"],
         )
 
     # ---- topics and logs -----------------------------------------------------------------------------

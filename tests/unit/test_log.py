@@ -245,3 +245,13 @@ def test_compaction_swap_is_crash_safe(tmp_path):
     assert swapped.log_end_offset == 7
     _, recs = records_of(swapped.read(2, 1 << 20).read()[:200])
     assert [(o, k) for o, k, _, _ in recs] == [(2, b"a"), (3, b"b")]
+
+
+def test_retention_leaves_compact_only_logs_alone(tmp_path):
+    plog = make(tmp_path, retention_bytes=1, cleanup_policy="compact")
+    for _ in range(3):
+        append(plog, [b"x" * 100])
+        plog.roll()
+    assert plog.apply_retention(10**13, lambda delay, fn: fn()) == 0
+    plog.config.cleanup_policy = "compact,delete"
+    assert plog.apply_retention(10**13, lambda delay, fn: fn()) == 3

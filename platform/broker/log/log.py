@@ -43,6 +43,7 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     max_message_bytes: int = 1048588
     file_delete_delay_ms: int = 60_000
+    cleanup_policy: str = "delete"
 
 
 class PartitionLog:
@@ -311,8 +312,11 @@ class PartitionLog:
 
     # ---- retention ----------------------------------------------------------------------------------------
     def apply_retention(self, now_ms: int, schedule_delete) -> int:
-        """Delete old segments by time, then by size; never the active one. Returns segments deleted."""
+        """Delete old segments by time, then by size; never the active one. Returns segments deleted.
+        Compacted topics without ``delete`` in their cleanup.policy keep everything (the cleaner trims them)."""
         deleted = 0
+        if "delete" not in self.config.cleanup_policy.split(","):
+            return 0
         retention_ms = self.config.retention_ms
         retention_bytes = self.config.retention_bytes
         size = self.size_bytes
