@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import BrokerProcess, Cluster  # noqa: E402
+from support import BrokerProcess, Cluster, RegistryProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +44,18 @@ def cluster(tmp_path):
     yield make
     for c in made:
         c.stop()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """``registry(bootstrap, **settings)`` starts a schema registry process; all are stopped at the end."""
+    made = []
+
+    def make(bootstrap: str, **settings):
+        proc = RegistryProcess(tmp_path / f"registry{len(made)}", bootstrap, **settings)
+        made.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in made:
+        proc.stop()

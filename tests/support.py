@@ -216,3 +216,43 @@ class Cluster:
                     pass
             proc.stop()
         self.zookeeper.stop()
+
+
+class RegistryProcess:
+    """``logbus schema-registry`` on a free loopback port against ``bootstrap``."""
+
+    def __init__(self, workdir: Path, bootstrap: str, **settings: str):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.settings = {"listeners": f"http://127.0.0.1:{self.port}", "kafkastore.bootstrap.servers": bootstrap,
+                         "kafkastore.timeout.ms": "10000", **{k.replace("_", "."): v for k, v in settings.items()}}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "RegistryProcess":
+        config = self.dir / "registry.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in self.settings.items()))
+        env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+        with open(self.dir / "registry.log", "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "schema-registry", str(config)],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env)
+        wait_for_port("127.0.0.1", self.port, timeout=60, proc=self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def log_text(self) -> str:
+        path = self.dir / "registry.log"
+        return path.read_text(errors="replace") if path.exists() else ""

@@ -35,6 +35,20 @@ def _reassign(args: argparse.Namespace) -> int:
     return run(reassign, args)
 
 
+def _schema_registry(args: argparse.Namespace) -> int:
+    from schema_registry.config import RegistryConfigError
+    from schema_registry.service import run
+
+    try:
+        return run(args.config, args.override or [])
+    except RegistryConfigError as exc:
+        print(f"logbus: config error: {exc}", file=sys.stderr)
+        return 2
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"logbus: schema registry cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -74,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                         '"replicas"}]}')
     reassign.add_argument("--verify", action="store_true", help="report progress instead of starting")
     reassign.set_defaults(func=_reassign)
+
+    registry = verbs.add_parser("schema-registry", help="the Avro schema registry (Confluent's REST API)")
+    registry.add_argument("config", help="properties: listeners, kafkastore.bootstrap.servers, kafkastore.topic, "
+                                         "schema.compatibility.level, mode, ...")
+    registry.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
+    registry.set_defaults(func=_schema_registry)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

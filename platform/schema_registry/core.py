@@ -1,0 +1,289 @@
+"""The registry itself: subjects, versions, global schema ids, compatibility and mode settings, rebuilt from the
+records of the ``_schemas`` topic (Confluent's key/value shapes) and changed only by writing such records.
+
+Domain errors carry Confluent's error codes; the HTTP layer (app.py) only maps them to statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+from schema_registry.compatibility import InvalidSchema, canonical, incompatibilities, parse
+
+SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
+SUBJECT_SOFT_DELETED, SUBJECT_NOT_SOFT_DELETED = 40404, 40405
+VERSION_SOFT_DELETED, VERSION_NOT_SOFT_DELETED = 40406, 40407
+SUBJECT_CONFIG_NOT_FOUND, SUBJECT_MODE_NOT_FOUND = 40408, 40409
+INVALID_SCHEMA, INVALID_VERSION, INVALID_LEVEL, INVALID_MODE, NOT_PERMITTED = 42201, 42202, 42203, 42204, 42205
+INCOMPATIBLE = 409
+STORE_ERROR, STORE_TIMEOUT, FORWARD_ERROR = 50001, 50002, 50003
+LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
+MODES = ("READWRITE", "READONLY")
+
+
+class RegistryError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        return self.code if self.code < 1000 else self.code // 100
+
+
+@dataclass
+class Stored:
+    schema_id: int
+    text: str
+    references: list[dict] = field(default_factory=list)
+    schema_type: str = "AVRO"
+
+
+@dataclass
+class Version:
+    version: int
+    schema_id: int
+    deleted: bool = False
+
+
+class Registry:
+    def __init__(self, store, default_level: str, instance_mode: str):
+        self.store = store
+        self.default_level = default_level.upper()
+        self.instance_mode = instance_mode.upper()
+        self.schemas: dict[int, Stored] = {}
+        self.subjects: dict[str, dict[int, Version]] = {}
+        self.configs: dict[str | None, str] = {}
+        self.modes: dict[str | None, str] = {}
+        self.max_id = 0
+        self._lock = asyncio.Lock()
+
+    # ---- replay of the topic ----------------------------------------------------------------------------------
+    def apply(self, key: dict, value: dict | None) -> None:
+        kind = key.get("keytype")
+        subject = key.get("subject")
+        if kind == "SCHEMA":
+            versions = self.subjects.setdefault(subject, {})
+            if value is None:  # permanent delete of one version
+                versions.pop(int(key["version"]), None)
+                return
+            sid = int(value["id"])
+            self.max_id = max(self.max_id, sid)
+            if sid not in self.schemas:
+                self.schemas[sid] = Stored(sid, value["schema"], value.get("references") or [],
+                                           value.get("schemaType", "AVRO"))
+            versions[int(value["version"])] = Version(int(value["version"]), sid, bool(value.get("deleted")))
+        elif kind == "DELETE_SUBJECT" and value is not None:
+            for v in self.subjects.get(subject, {}).values():
+                if v.version <= int(value["version"]):
+                    v.deleted = True
+        elif kind == "CONFIG":
+            if value is None:
+                self.configs.pop(subject, None)
+            else:
+                self.configs[subject] = value["compatibilityLevel"]
+        elif kind == "MODE":
+            if value is None:
+                self.modes.pop(subject, None)
+            else:
+                self.modes[subject] = value["mode"]
+
+    # ---- reads --------------------------------------------------------------------------------------------------
+    def level(self, subject: str | None) -> str:
+        return self.configs.get(subject) or self.configs.get(None) or self.default_level
+
+    def mode(self, subject: str | None) -> str:
+        return self.modes.get(subject) or self.modes.get(None) or "READWRITE"
+
+    def schema(self, schema_id: int) -> Stored:
+        found = self.schemas.get(schema_id)
+        if found is None:
+            raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
+        return found
+
+    def subject_names(self, deleted: bool = False) -> list[str]:
+        return sorted(s for s, vs in self.subjects.items() if any(deleted or not v.deleted for v in vs.values()))
+
+    def versions(self, subject: str, deleted: bool = False) -> list[Version]:
+        found = [v for _, v in sorted(self.subjects.get(subject, {}).items()) if deleted or not v.deleted]
+        if not found:
+            raise RegistryError(SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
+        return found
+
+    def version(self, subject: str, ref: str | int, deleted: bool = False) -> Version:
+        number = self.parse_version(ref)
+        versions = self.versions(subject, deleted=True)
+        live = [v for v in versions if deleted or not v.deleted]
+        if number == -1:
+            if not live:
+                raise RegistryError(SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
+            return live[-1]
+        for v in versions:
+            if v.version == number and (deleted or not v.deleted):
+                return v
+        raise RegistryError(VERSION_NOT_FOUND, f"Version {number} not found.")
+
+    @staticmethod
+    def parse_version(ref: str | int) -> int:
+        if ref in ("latest", "-1", -1):
+            return -1
+        try:
+            number = int(ref)
+        except (TypeError, ValueError):
+            number = 0
+        if number <= 0:
+            raise RegistryError(INVALID_VERSION, f"The specified version '{ref}' is not a valid version id. "
+                                "Allowed values are between [1, 2^31-1] and the string \"latest\"")
+        return number
+
+    def subjects_of(self, schema_id: int, deleted: bool = False) -> list[tuple[str, int]]:
+        self.schema(schema_id)
+        return sorted((s, v.version) for s, vs in self.subjects.items() for v in vs.values()
+                      if v.schema_id == schema_id and (deleted or not v.deleted))
+
+    def referenced_by(self, subject: str, ref: str | int) -> list[int]:
+        v = self.version(subject, ref)
+        return sorted(sid for sid, s in self.schemas.items()
+                      if any(r.get("subject") == subject and int(r.get("version", -1)) == v.version
+                             for r in s.references))
+
+    def _resolve(self, references: list[dict]) -> list[str]:
+        """Texts of the referenced schemas, dependencies first."""
+        out: list[str] = []
+        for ref in references or []:
+            try:
+                version = self.version(ref["subject"], ref.get("version", -1))
+            except (KeyError, RegistryError):
+                raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref} not found") from None
+            stored = self.schemas[version.schema_id]
+            out.extend(t for t in self._resolve(stored.references) if t not in out)
+            if stored.text not in out:
+                out.append(stored.text)
+        return out
+
+    def parsed(self, stored: Stored):
+        return parse(stored.text, self._resolve(stored.references))
+
+    def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
+        if (schema_type or "AVRO").upper() != "AVRO":
+            raise RegistryError(INVALID_SCHEMA, f"Invalid schema: schema type {schema_type} is not supported "
+                                "(this registry handles AVRO)")
+        try:
+            text = canonical(text, normalize)
+            return text, parse(text, self._resolve(references))
+        except InvalidSchema as exc:
+            raise RegistryError(INVALID_SCHEMA, str(exc)) from None
+
+    def lookup(self, subject: str, text: str, schema_type: str | None, references: list[dict], normalize: bool,
+               deleted: bool = False) -> tuple[Version, Stored]:
+        versions = self.versions(subject, deleted=deleted)
+        text, _ = self.prepare(text, schema_type, references, normalize)
+        for v in reversed(versions):
+            stored = self.schemas[v.schema_id]
+            if stored.text == text and stored.references == (references or []):
+                return v, stored
+        raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
+
+    def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
+              version: str | int | None, normalize: bool = False) -> list[str]:
+        _, new = self.prepare(text, schema_type, references, normalize)
+        if version is None:
+            try:
+                existing = self.versions(subject)
+            except RegistryError:
+                return []
+            level = self.level(subject)
+        else:
+            existing = [self.version(subject, version)]
+            level = self.level(subject).replace("_TRANSITIVE", "")
+        return incompatibilities(new, [self.parsed(self.schemas[v.schema_id]) for v in existing], level)
+
+    # ---- writes ---------------------------------------------------------------------------------------------------
+    def _writable(self, subject: str | None) -> None:
+        if self.instance_mode == "READONLY":
+            raise RegistryError(NOT_PERMITTED, "This registry instance is read-only (mode=READONLY)")
+        if self.mode(subject) == "READONLY":
+            raise RegistryError(NOT_PERMITTED, f"Subject {subject or '(global)'} is in read-only mode")
+
+    async def register(self, subject: str, text: str, schema_type: str | None, references: list[dict],
+                       normalize: bool) -> int:
+        self._writable(subject)
+        async with self._lock:
+            text, new = self.prepare(text, schema_type, references, normalize)
+            existing = self.subjects.get(subject, {})
+            live = [v for _, v in sorted(existing.items()) if not v.deleted]
+            for v in live:
+                stored = self.schemas[v.schema_id]
+                if stored.text == text and stored.references == (references or []):
+                    return v.schema_id  # already registered: same id, no new version
+            problems = incompatibilities(new, [self.parsed(self.schemas[v.schema_id]) for v in live],
+                                         self.level(subject))
+            if problems:
+                raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
+                                    "schema for subject \"" + subject + "\", details: " + json.dumps(problems))
+            sid = next((s.schema_id for s in self.schemas.values()
+                        if s.text == text and s.references == (references or [])), self.max_id + 1)
+            version = max(existing, default=0) + 1
+            value = {"subject": subject, "version": version, "id": sid, "schema": text, "deleted": False}
+            if references:
+                value["references"] = references
+            await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1},
+                                   value)
+            return sid
+
+    async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
+        self._writable(subject)
+        async with self._lock:
+            all_versions = self.versions(subject, deleted=True)
+            live = [v for v in all_versions if not v.deleted]
+            if not permanent:
+                if not live:
+                    raise RegistryError(SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted. "
+                                        "Set permanent=true to delete permanently")
+                await self.store.write({"keytype": "DELETE_SUBJECT", "subject": subject, "magic": 0},
+                                       {"subject": subject, "version": live[-1].version})
+                return [v.version for v in live]
+            if live:
+                raise RegistryError(SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted first "
+                                    "before being permanently deleted")
+            for v in all_versions:
+                await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": v.version, "magic": 1},
+                                       None)
+            return [v.version for v in all_versions]
+
+    async def delete_version(self, subject: str, ref: str | int, permanent: bool) -> int:
+        self._writable(subject)
+        async with self._lock:
+            v = self.version(subject, ref, deleted=permanent)
+            if not permanent:
+                stored = self.schemas[v.schema_id]
+                value = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": stored.text,
+                         "deleted": True}
+                if stored.references:
+                    value["references"] = stored.references
+                await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": v.version,
+                                        "magic": 1}, value)
+                return v.version
+            if not v.deleted:
+                raise RegistryError(VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {v.version} was not "
+                                    "deleted first before being permanently deleted")
+            await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": v.version, "magic": 1},
+                                   None)
+            return v.version
+
+    async def set_level(self, subject: str | None, level: str | None) -> None:
+        self._writable(subject)
+        if level is not None and level.upper() not in LEVELS:
+            raise RegistryError(INVALID_LEVEL, f"Invalid compatibility level. Valid values are {list(LEVELS)}")
+        await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0},
+                               None if level is None else {"compatibilityLevel": level.upper()})
+
+    async def set_mode(self, subject: str | None, mode: str) -> None:
+        if self.instance_mode == "READONLY":
+            raise RegistryError(NOT_PERMITTED, "This registry instance is read-only (mode=READONLY)")
+        if not isinstance(mode, str) or mode.upper() not in MODES:
+            raise RegistryError(INVALID_MODE, f"Invalid mode. Valid values are {list(MODES)}")
+        await self.store.write({"keytype": "MODE", "subject": subject, "magic": 0}, {"mode": mode.upper()})

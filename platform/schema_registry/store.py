@@ -1,0 +1,152 @@
+"""The registry's storage: records in a compacted, single-partition Kafka topic (``kafkastore.topic``).
+
+A reader thread consumes the topic from the beginning for as long as the service runs and hands every record
+to the event loop, which applies it to the registry. On start the service serves nothing until it has replayed
+up to the end of the topic. A write produces one record (acks=all) and returns only after the reader has
+applied it, so a registry always answers from what it has read back. Produce failures are STORE_ERROR (50001);
+no acknowledgement or no read-back within ``kafkastore.timeout.ms`` is STORE_TIMEOUT (50002). librdkafka keeps
+reconnecting, so the service recovers by itself when the brokers return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schema_registry.core import STORE_ERROR, STORE_TIMEOUT, RegistryError
+
+log = logging.getLogger(__name__)
+
+
+class KafkaStore:
+    def __init__(self, bootstrap: str, topic: str, timeout_ms: int, replication_factor: int, create: bool):
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.timeout = timeout_ms / 1000
+        self.replication_factor = replication_factor
+        self.create = create
+        self.apply = None  # set by the service: apply(key, value) on the event loop
+        self.applied = -1
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.producer: Producer | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+    async def start(self, startup_timeout: float = 60.0) -> None:
+        self.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._ensure_topic, startup_timeout)
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 0, "message.timeout.ms": max(int(self.timeout * 1000), 1000)})
+        end = await asyncio.to_thread(self._end_offset, startup_timeout)
+        for target in (self._read, self._poll_producer):
+            thread = threading.Thread(target=target, daemon=True, name=f"schemas-{target.__name__}")
+            thread.start()
+            self._threads.append(thread)
+        if end > 0:
+            await asyncio.wait_for(self._applied(end - 1), startup_timeout)
+        log.info("replayed %d record(s) of %s", end, self.topic)
+
+    def _ensure_topic(self, timeout: float) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        metadata = admin.list_topics(timeout=timeout)
+        if self.topic in metadata.topics and not metadata.topics[self.topic].error:
+            return
+        if not self.create:
+            raise RuntimeError(f"topic {self.topic} does not exist (a read-only registry does not create it)")
+        rf = max(1, min(self.replication_factor, len(metadata.brokers)))
+        future = admin.create_topics([NewTopic(self.topic, 1, rf, config={"cleanup.policy": "compact"})])
+        try:
+            future[self.topic].result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def _end_offset(self, timeout: float) -> int:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "schema-registry-probe",
+                             "enable.auto.commit": False})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)[1]
+        finally:
+            consumer.close()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join, 5)
+        if self.producer is not None:
+            self.producer.flush(2)
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def _read(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "schema-registry",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 0})
+        consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        try:
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, timeout=0.2):
+                    if msg.error():
+                        continue
+                    try:
+                        key = json.loads(msg.key())
+                        value = json.loads(msg.value()) if msg.value() is not None else None
+                    except (TypeError, ValueError):
+                        log.warning("skipping a malformed record at offset %d", msg.offset())
+                        key, value = {}, None
+                    self.loop.call_soon_threadsafe(self._on_record, msg.offset(), key, value)
+        finally:
+            consumer.close()
+
+    def _on_record(self, offset: int, key: dict, value: dict | None) -> None:
+        if key:
+            try:
+                self.apply(key, value)
+            except Exception:
+                log.exception("cannot apply the record at offset %d", offset)
+        self.applied = max(self.applied, offset)
+        for target, future in self._waiters:
+            if target <= self.applied and not future.done():
+                future.set_result(None)
+        self._waiters = [(t, f) for t, f in self._waiters if not f.done()]
+
+    async def _applied(self, offset: int) -> None:
+        if self.applied >= offset:
+            return
+        future = self.loop.create_future()
+        self._waiters.append((offset, future))
+        await future
+
+    # ---- writing -------------------------------------------------------------------------------------------
+    def _poll_producer(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.1)
+
+    async def write(self, key: dict, value: dict | None) -> None:
+        delivered = self.loop.create_future()
+
+        def on_delivery(err, msg):
+            self.loop.call_soon_threadsafe(lambda: delivered.done() or delivered.set_result((err, msg.offset())))
+
+        try:
+            self.producer.produce(self.topic, json.dumps(value).encode() if value is not None else None,
+                                  json.dumps(key).encode(), partition=0, on_delivery=on_delivery)
+        except (BufferError, KafkaException) as exc:
+            raise RegistryError(STORE_ERROR, f"Error while storing the schema: {exc}") from None
+        try:
+            err, offset = await asyncio.wait_for(delivered, self.timeout)
+        except asyncio.TimeoutError:
+            raise RegistryError(STORE_TIMEOUT, "Write to the Kafka store timed out") from None
+        if err is not None:
+            code = STORE_TIMEOUT if err.code() == KafkaError._MSG_TIMED_OUT else STORE_ERROR
+            raise RegistryError(code, f"Error while storing the schema: {err.str()}")
+        try:
+            await asyncio.wait_for(self._applied(offset), self.timeout)
+        except asyncio.TimeoutError:
+            raise RegistryError(STORE_TIMEOUT, "The write was not read back from the Kafka store in time") \
+                from None
