@@ -94,6 +94,17 @@ class BrokerProcess:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
 
 
+def terminate(proc: subprocess.Popen | None, timeout: float = 15) -> None:
+    """SIGTERM, wait, SIGKILL if it does not exit in time."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
     """Poll ``predicate`` until it returns something truthy; return it."""
     deadline = time.monotonic() + timeout
@@ -140,13 +151,7 @@ class ZooKeeperProcess:
             return False
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.proc = None
 
 
@@ -244,13 +249,7 @@ class RegistryProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.proc = None
 
     def log_text(self) -> str:
