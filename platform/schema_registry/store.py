@@ -90,7 +90,8 @@ class KafkaStore:
         consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         try:
             while not self._stop.is_set():
-                for msg in consumer.consume(500, timeout=0.2):
+                msg = consumer.poll(0.2)  # returns at the first record (consume(n) would wait for n of them)
+                if msg is not None:
                     if msg.error():
                         continue
                     try:
