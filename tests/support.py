@@ -35,11 +35,11 @@ def wait_for_port(host: str, port: int, timeout: float = 20.0, proc: subprocess.
 class BrokerProcess:
     """One ``logbus broker`` process on a free loopback port, data under ``workdir``."""
 
-    def __init__(self, workdir: Path, broker_id: int = 0, **overrides: object):
+    def __init__(self, workdir: Path, broker_id: int = 0, host: str = "127.0.0.1", **overrides: object):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.host = "127.0.0.1"
-        self.port = free_port()
+        self.host = host
+        self.port = free_port(host)
         self.log_dir = self.workdir / "logs"
         self.settings = {
             "broker.id": broker_id,

@@ -49,6 +49,18 @@ def _schema_registry(args: argparse.Namespace) -> int:
         return 1
 
 
+def _mirror(args: argparse.Namespace) -> int:
+    from mirror.cli import run
+
+    return run(args)
+
+
+def _mirror_translate(args: argparse.Namespace) -> int:
+    from mirror.cli import translate
+
+    return translate(args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -94,6 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
                                          "schema.compatibility.level, mode, ...")
     registry.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
     registry.set_defaults(func=_schema_registry)
+
+    mirror = verbs.add_parser("mirror", help="copy topics from a live cluster into this (offline) one")
+    mirror.add_argument("--consumer.config", dest="consumer_config", required=True,
+                        help="properties of the source side (librdkafka names: bootstrap.servers, group.id, ...)")
+    mirror.add_argument("--producer.config", dest="producer_config", required=True,
+                        help="properties of the target side (librdkafka names)")
+    mirror.add_argument("--whitelist", required=True, help="regex of topics to mirror")
+    mirror.add_argument("--blacklist", help="regex of topics not to mirror")
+    mirror.add_argument("--num.streams", dest="num_streams", type=int, default=1, help="consumer threads")
+    mirror.add_argument("--source-name", default="source", help="name of the source cluster (provenance header)")
+    mirror.add_argument("--checkpoint-topic", default="_mirror_checkpoints")
+    mirror.add_argument("--stats-file", help="write counters (records/s, lag per partition, errors) as JSON here")
+    mirror.set_defaults(func=_mirror)
+
+    translate = verbs.add_parser("mirror-translate", help="translate a group's source offsets to the target")
+    translate.add_argument("--source-bootstrap", required=True)
+    translate.add_argument("--target-bootstrap", required=True)
+    translate.add_argument("--group", required=True)
+    translate.add_argument("--source-name", default="source")
+    translate.add_argument("--checkpoint-topic", default="_mirror_checkpoints")
+    translate.add_argument("--apply", action="store_true", help="commit the translated offsets on the target")
+    translate.set_defaults(func=_mirror_translate)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

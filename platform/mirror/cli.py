@@ -1,0 +1,61 @@
+"""``logbus mirror`` (the shape of Kafka's classic mirror tool) and ``logbus mirror-translate``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+
+def read_properties(path: str) -> dict[str, str]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and line[0] not in "#!":
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"{path}: expected key=value, got {line!r}")
+            out[key.strip()] = value.strip()
+    if "bootstrap.servers" not in out:
+        raise ValueError(f"{path}: bootstrap.servers is required")
+    return out
+
+
+def run(args) -> int:
+    from mirror.mirror import Mirror, status_json
+
+    try:
+        consumer = read_properties(args.consumer_config)
+        producer = read_properties(args.producer_config)
+    except ValueError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 2
+    mirror = Mirror(consumer, producer, args.whitelist, args.blacklist, args.num_streams, args.source_name,
+                    args.checkpoint_topic)
+    signal.signal(signal.SIGTERM, lambda *_: mirror.stop())
+
+    def status(snapshot: dict) -> None:
+        if args.stats_file:
+            tmp = Path(args.stats_file + ".tmp")
+            tmp.write_text(status_json(snapshot))
+            tmp.replace(args.stats_file)
+
+    try:
+        mirror.run(status_callback=status)
+    except KeyboardInterrupt:
+        mirror.stop()
+    return 0
+
+
+def translate(args) -> int:
+    from mirror.checkpoints import translate_group
+
+    result = translate_group(args.source_bootstrap, args.target_bootstrap, args.group, args.source_name,
+                             args.checkpoint_topic, apply=args.apply)
+    print(json.dumps([{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(result.items())]))
+    return 0
