@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support import REPO, BrokerProcess, ZooKeeperProcess, free_port, terminate, wait_until
 from tcp_proxy import TcpProxy
@@ -57,20 +57,23 @@ def clusters(tmp_path):
     live = BrokerProcess(tmp_path / "live", 0, host="127.0.1.1", zookeeper_connect=zk.connect + "/live",
                          num_partitions=3, group_initial_rebalance_delay_ms=0)
     live.settings["advertised.listeners"] = f"PLAINTEXT://127.0.1.2:{proxy_port}"  # clients go through the WAN
-    offline = BrokerProcess(tmp_path / "offline", 0, host="127.0.2.1", zookeeper_connect=zk.connect + "/offline",
-                            group_initial_rebalance_delay_ms=0)
+    offline = [BrokerProcess(tmp_path / f"offline{i}", i, host=f"127.0.2.{i + 1}",
+                             zookeeper_connect=zk.connect + "/offline", group_initial_rebalance_delay_ms=0,
+                             default_replication_factor=2, zookeeper_session_timeout_ms=3000) for i in range(2)]
     proxy = TcpProxy("127.0.1.2", proxy_port, live.host, live.port).start()
     mirrors: list[MirrorProcess] = []
     try:
         live.start()
-        offline.start()
-        yield {"live": f"127.0.1.2:{proxy_port}", "offline": offline.bootstrap, "proxy": proxy, "dir": tmp_path,
-               "mirrors": mirrors}
+        for b in offline:
+            b.start()
+        yield {"live": f"127.0.1.2:{proxy_port}", "offline": ",".join(b.bootstrap for b in offline),
+               "offline_brokers": offline, "proxy": proxy, "dir": tmp_path, "mirrors": mirrors}
     finally:
         for m in mirrors:
             m.stop()
         live.stop()
-        offline.stop()
+        for b in offline:
+            b.stop()
         proxy.close()
         zk.stop()
 
@@ -117,6 +120,8 @@ def target_count(bootstrap: str, topic: str) -> int:
         if md is None or md.error is not None:
             return 0
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions)
+    except KafkaException:  # e.g. a partition leader just died: ask again later
+        return 0
     finally:
         consumer.close()
 
@@ -198,3 +203,20 @@ def test_mirror_survives_its_kill_and_a_wan_cut(clusters):
     duplicates = check_copy(read(clusters["live"], "pv"), read(clusters["offline"], "pv"))
     print(f"duplicates around the crash: {duplicates}")
     assert duplicates < COUNT // 10
+
+
+def test_mirror_survives_a_target_leader_failover(clusters):
+    produce(clusters["live"], "pv", COUNT // 2)
+    mirror = MirrorProcess(clusters["dir"] / "mirror", clusters["live"], clusters["offline"]).start()
+    clusters["mirrors"].append(mirror)
+    wait_until(lambda: target_count(clusters["offline"], "pv") > COUNT // 8, 120, interval=0.5, what="progress")
+    admin = AdminClient({"bootstrap.servers": clusters["offline"]})
+    leader = admin.list_topics("pv", timeout=10).topics["pv"].partitions[0].leader
+    clusters["offline_brokers"][leader].kill9()  # the mirror's target partition loses its leader
+    wait_until(lambda: target_count(clusters["offline"], "pv") >= COUNT // 2, 180, interval=2,
+               what="caught up after the failover")
+    time.sleep(2)
+    duplicates = check_copy(read(clusters["live"], "pv"), read(clusters["offline"], "pv"))
+    print(f"duplicates around the failover: {duplicates}")
+    stats = json.loads(mirror.stats.read_text())
+    assert stats["records"] >= COUNT // 2
