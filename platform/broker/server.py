@@ -19,7 +19,13 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.log.cleaner import LogCleaner
 from broker.log.log import LogConfig, PartitionLog
 from broker.log.manager import LogManager
-from broker.metadata.topics import TOPIC_CONFIGS, TopicError, TopicInfo, TopicStore, validate_topic_configs
+from broker.metadata.topics import (
+    TOPIC_CONFIGS,
+    TopicError,
+    TopicInfo,
+    TopicStore,
+    validate_topic_configs,
+)
 from broker.network.server import KafkaListener
 from broker.protocol.messages import ErrorCode
 

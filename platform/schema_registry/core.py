@@ -10,7 +10,12 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
-from schema_registry.compatibility import InvalidSchema, canonical, incompatibilities, parse
+from schema_registry.compatibility import (
+    InvalidSchema,
+    canonical,
+    incompatibilities,
+    parse,
+)
 
 SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
 SUBJECT_SOFT_DELETED, SUBJECT_NOT_SOFT_DELETED = 40404, 40405

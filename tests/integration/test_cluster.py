@@ -32,8 +32,12 @@ def leader_of(c, topic: str, partition: int = 0) -> int:
 
 
 def controller(zk) -> int:
-    data = zk.exists("/controller") and zk.get("/controller")[0]
-    return json.loads(data)["brokerid"] if data else -1
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return json.loads(zk.get("/controller")[0])["brokerid"]
+    except NoNodeError:  # between two controllers
+        return -1
 
 
 def test_registries_placement_and_metadata_on_every_broker(cluster):

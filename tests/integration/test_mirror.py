@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from support import REPO, BrokerProcess, ZooKeeperProcess, free_port, terminate, wait_until
+from support import (
+    REPO,
+    BrokerProcess,
+    ZooKeeperProcess,
+    free_port,
+    terminate,
+    wait_until,
+)
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

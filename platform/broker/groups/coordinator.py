@@ -14,8 +14,23 @@ import time
 import uuid
 import zlib
 
-from broker.groups.group import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, GroupError, JoinResult, Member
-from broker.groups.stores import FileOffsetStore, ZkOffsetStore, assignment_partitions, subscription_topics
+from broker.groups.group import (
+    COMPLETING,
+    DEAD,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    Group,
+    GroupError,
+    JoinResult,
+    Member,
+)
+from broker.groups.stores import (
+    FileOffsetStore,
+    ZkOffsetStore,
+    assignment_partitions,
+    subscription_topics,
+)
 from broker.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
