@@ -5,8 +5,9 @@ For every (topic, window) the producers' monitoring events say how many messages
 sequence numbers each producer used; each tier's counts say what that tier received and which sequences it saw.
 Per (topic, window, tier): expected, received, distinct, missing (expected sequences never seen, with the ranges),
 duplicates (received - distinct), completeness %, and a status: ``complete``, ``pending`` (the window plus the
-grace period has not passed yet), ``lost`` or ``duplicated``. A tier event whose source offsets are already
-covered by an earlier one is a replay (a restarted counter) and is not counted twice.
+grace period has not passed yet), ``lost`` or ``duplicated``. Tier events are cumulative snapshots: the latest per
+(tier, topic, window, producer) counts, so a counter that restarts and emits again is not counted twice; round
+markers (producer id ``__round__``) only carry the counter's positions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 from audit.ranges import RangeSet
 
-PRODUCED, TIER = "PRODUCED", "TIER"
+PRODUCED, TIER, ROUND = "PRODUCED", "TIER", "__round__"
 
 
 @dataclass
@@ -41,28 +42,21 @@ class Row:
 def reconcile(events: list[dict], now_ms: int, grace_ms: int, tiers: list[str] | None = None) -> list[Row]:
     expected: dict[tuple[str, int], dict[str, RangeSet]] = defaultdict(lambda: defaultdict(RangeSet))
     window_end: dict[tuple[str, int], int] = {}
-    seen: dict[tuple[str, str, int], dict[str, RangeSet]] = defaultdict(lambda: defaultdict(RangeSet))
-    received: dict[tuple[str, str, int], int] = defaultdict(int)
-    covered: dict[tuple[str, str, int, str], dict[int, RangeSet]] = defaultdict(lambda: defaultdict(RangeSet))
+    latest: dict[tuple[str, str, int, str], dict] = {}
     all_tiers = set(tiers or [])
     for e in sorted(events, key=lambda e: e.get("emitted_at", 0)):
-        key = (e["topic"], e["window_start"])
-        window_end[key] = max(window_end.get(key, 0), e["window_end"])
         if e["kind"] == PRODUCED:
+            key = (e["topic"], e["window_start"])
+            window_end[key] = max(window_end.get(key, 0), e["window_end"])
             expected[key][e["producer_id"]].add(e["first_seq"], e["last_seq"])
-            continue
-        tier_key = (e["tier"], e["topic"], e["window_start"])
-        all_tiers.add(e["tier"])
-        sources = covered[(*tier_key, e["producer_id"])]
-        offsets = {r["partition"]: RangeSet([(r["first"], r["last"])]) for r in e.get("source") or []}
-        if offsets and all(sources[p].covers(rs) for p, rs in offsets.items()):
-            continue  # a replay of counts already merged
-        for p, rs in offsets.items():
-            for first, last in rs.ranges:
-                sources[p].add(first, last)
-        received[tier_key] += e["count"]
-        for first, last in e.get("sequences") or []:
-            seen[tier_key][e["producer_id"]].add(first, last)
+        elif e["producer_id"] != ROUND:
+            latest[(e["tier"], e["topic"], e["window_start"], e["producer_id"])] = e  # cumulative: latest wins
+            all_tiers.add(e["tier"])
+    seen: dict[tuple[str, str, int], dict[str, RangeSet]] = defaultdict(dict)
+    received: dict[tuple[str, str, int], int] = defaultdict(int)
+    for (tier, topic, start, producer_id), e in latest.items():
+        seen[(tier, topic, start)][producer_id] = RangeSet(e.get("sequences") or [])
+        received[(tier, topic, start)] += e["count"]
     rows = []
     for (topic, start), producers in sorted(expected.items()):
         total = sum(len(rs) for rs in producers.values())

@@ -61,6 +61,26 @@ def _mirror_translate(args: argparse.Namespace) -> int:
     return translate(args)
 
 
+def _audit_counter(args: argparse.Namespace) -> int:
+    import signal
+
+    from audit.counter import TierCounter
+    from mirror.cli import read_properties
+
+    try:
+        consumer = read_properties(args.consumer_config)
+    except ValueError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 2
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    counter = TierCounter(args.tier, consumer, args.whitelist, args.schema_registry_url, args.window_ms,
+                          args.emit_interval_ms, args.audit_bootstrap)
+    counter.run(stop=lambda: bool(stopping))
+    counter.emit()
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -128,6 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--checkpoint-topic", default="_mirror_checkpoints")
     translate.add_argument("--apply", action="store_true", help="commit the translated offsets on the target")
     translate.set_defaults(func=_mirror_translate)
+
+    counter = verbs.add_parser("audit-counter", help="count what one tier received, for the audit")
+    counter.add_argument("--tier", required=True, help="the tier's name (e.g. live, offline)")
+    counter.add_argument("--consumer.config", dest="consumer_config", required=True,
+                         help="properties of the tier's cluster (librdkafka names; bootstrap.servers)")
+    counter.add_argument("--whitelist", required=True, help="regex of topics to count")
+    counter.add_argument("--schema-registry-url", required=True)
+    counter.add_argument("--window-ms", type=int, default=60000, help="the producers' audit.window.ms")
+    counter.add_argument("--emit-interval-ms", type=int, default=5000)
+    counter.add_argument("--audit-bootstrap", help="cluster holding _audit (default: the tier's cluster)")
+    counter.set_defaults(func=_audit_counter)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

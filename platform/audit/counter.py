@@ -1,0 +1,176 @@
+"""``logbus audit-counter``: one tier's counts (a live datacenter, the offline cluster).
+
+It reads the whitelisted topics of its cluster (assigned partitions, not a group: its position is part of its
+state), and counts per (topic, event-time window, producer) the messages received and the distinct sequence
+numbers seen (as ranges). Every ``--emit-interval-ms`` it publishes, for every count that changed, a cumulative
+TIER snapshot to ``_audit`` and then a round marker carrying its position in every partition. State and position
+travel together: on restart the counter rebuilds both from its last complete round in ``_audit`` (snapshots of an
+unfinished round are ignored and superseded), so a ``kill -9`` replays into exactly the same counts. The
+reconciliation takes the latest snapshot per (tier, topic, window, producer). A round marker is a TIER event
+with producer id ``__round__`` whose ``host`` lists the topics and whose ``source`` entries give, per partition,
+the topic's index (``first``) and the last offset read (``last``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from audit.events import (
+    AUDIT_TOPIC,
+    HOST_HEADER,
+    PRODUCER_HEADER,
+    SCHEMA_STR,
+    SEQUENCE_HEADER,
+    TIME_HEADER,
+    window_of,
+)
+from audit.ranges import RangeSet
+
+log = logging.getLogger(__name__)
+ROUND = "__round__"
+
+
+class TierCounter:
+    def __init__(self, tier: str, consumer_config: dict, whitelist: str, registry_url: str,
+                 window_ms: int = 60000, emit_interval_ms: int = 5000, audit_bootstrap: str | None = None):
+        self.tier = tier
+        self.bootstrap = consumer_config["bootstrap.servers"]
+        self.consumer_config = {**consumer_config, "group.id": f"logbus-audit-{tier}", "enable.auto.commit": False}
+        self.whitelist = re.compile(whitelist)
+        self.window_ms = window_ms
+        self.emit_interval = emit_interval_ms / 1000
+        registry = SchemaRegistryClient({"url": registry_url})
+        self.serializer = AvroSerializer(registry, SCHEMA_STR)
+        self.deserializer = AvroDeserializer(registry)
+        self.audit_bootstrap = audit_bootstrap or self.bootstrap
+        self.producer = Producer({"bootstrap.servers": self.audit_bootstrap, "acks": "all",
+                                  "enable.idempotence": True})
+        self.counts: dict[tuple[str, int, str], dict] = {}
+        self.positions: dict[tuple[str, int], int] = {}
+        self.dirty: set[tuple[str, int, str]] = set()
+        self.malformed = 0
+
+    # ---- recovery -----------------------------------------------------------------------------------------------
+    def recover(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.audit_bootstrap, "group.id": "logbus-audit-recover",
+                            "enable.auto.commit": False})
+        try:
+            md = consumer.list_topics(timeout=20).topics.get(AUDIT_TOPIC)
+            if md is None:
+                return
+            snapshots, last_round = [], None
+            for p in md.partitions:
+                end = consumer.get_watermark_offsets(TopicPartition(AUDIT_TOPIC, p), timeout=20)[1]
+                consumer.assign([TopicPartition(AUDIT_TOPIC, p, OFFSET_BEGINNING)])
+                read = 0
+                while read < end:
+                    msgs = consumer.consume(1000, timeout=5)
+                    if not msgs:
+                        break
+                    for m in msgs:
+                        read = m.offset() + 1
+                        event = self._decode(m.value())
+                        if event is None or event["kind"] != "TIER" or event["tier"] != self.tier:
+                            continue
+                        if event["producer_id"] == ROUND:
+                            if last_round is None or event["emitted_at"] >= last_round["emitted_at"]:
+                                last_round = event
+                        else:
+                            snapshots.append(event)
+        finally:
+            consumer.close()
+        if last_round is None:
+            return
+        for e in sorted(snapshots, key=lambda e: e["emitted_at"]):
+            if e["emitted_at"] <= last_round["emitted_at"]:
+                self.counts[(e["topic"], e["window_start"], e["producer_id"])] = {
+                    "count": e["count"], "seqs": RangeSet(e["sequences"]), "end": e["window_end"], "host": e["host"]}
+        topics = last_round["host"].split(",") if last_round["host"] else []
+        for r in last_round["source"]:  # a round marker: host lists the topics, first = topic index, last = offset
+            self.positions[(topics[r["first"]], r["partition"])] = r["last"] + 1
+        log.info("tier %s: recovered %d count(s) and %d position(s)", self.tier, len(self.counts),
+                 len(self.positions))
+
+    def _decode(self, data: bytes | None) -> dict | None:
+        try:
+            return self.deserializer(data, SerializationContext(AUDIT_TOPIC, MessageField.VALUE))
+        except Exception:  # garbage, unknown schema id, ...: counted, never fatal
+            self.malformed += 1
+            return None
+
+    # ---- counting -------------------------------------------------------------------------------------------------
+    def run(self, stop=lambda: False) -> None:
+        self.recover()
+        consumer = Consumer(self.consumer_config)
+        assigned: set[tuple[str, int]] = set()
+        last_emit = last_refresh = 0.0
+        try:
+            while not stop():
+                if time.monotonic() - last_refresh > 5:
+                    last_refresh = time.monotonic()
+                    wanted = self._partitions(consumer)
+                    if wanted != assigned:
+                        assigned = wanted
+                        consumer.assign([TopicPartition(t, p, self.positions.get((t, p), OFFSET_BEGINNING))
+                                         for t, p in sorted(assigned)])
+                for m in consumer.consume(1000, timeout=0.2):
+                    if not m.error():
+                        self._count(m)
+                if time.monotonic() - last_emit >= self.emit_interval:
+                    last_emit = time.monotonic()
+                    self.emit()
+        finally:
+            consumer.close()
+
+    def _partitions(self, consumer: Consumer) -> set[tuple[str, int]]:
+        topics = consumer.list_topics(timeout=20).topics
+        return {(t, p) for t, md in topics.items() if not t.startswith("_") and self.whitelist.fullmatch(t)
+                for p in md.partitions}
+
+    def _count(self, m) -> None:
+        self.positions[(m.topic(), m.partition())] = m.offset() + 1
+        headers = dict(m.headers() or [])
+        try:
+            producer_id = headers[PRODUCER_HEADER].decode()
+            seq = int(headers[SEQUENCE_HEADER])
+            generated = int(headers[TIME_HEADER])
+        except (KeyError, ValueError):
+            return  # not an audited message
+        start, end = window_of(generated, self.window_ms)
+        key = (m.topic(), start, producer_id)
+        entry = self.counts.setdefault(key, {"count": 0, "seqs": RangeSet(), "end": end,
+                                             "host": headers.get(HOST_HEADER, b"").decode(errors="replace")})
+        entry["count"] += 1
+        entry["seqs"].add(seq)
+        self.dirty.add(key)
+
+    def emit(self) -> None:
+        if not self.dirty:
+            return
+        now = int(time.time() * 1000)
+        for topic, start, producer_id in sorted(self.dirty):
+            e = self.counts[(topic, start, producer_id)]
+            seqs = e["seqs"].as_list()
+            self._send({"kind": "TIER", "tier": self.tier, "producer_id": producer_id, "host": e["host"],
+                        "topic": topic, "window_start": start, "window_end": e["end"], "count": e["count"],
+                        "first_seq": seqs[0][0], "last_seq": seqs[-1][1], "bytes": 0, "sequences": seqs,
+                        "source": [], "emitted_at": now})
+        topics = sorted({t for t, _ in self.positions})
+        self._send({"kind": "TIER", "tier": self.tier, "producer_id": ROUND, "host": ",".join(topics), "topic": "",
+                    "window_start": 0, "window_end": 0, "count": len(self.dirty), "first_seq": 0, "last_seq": 0,
+                    "bytes": 0, "sequences": [], "emitted_at": now,
+                    "source": [{"partition": p, "first": topics.index(t), "last": o - 1}
+                               for (t, p), o in sorted(self.positions.items())]})
+        self.producer.flush(30)
+        self.dirty.clear()
+
+    def _send(self, event: dict) -> None:
+        self.producer.produce(AUDIT_TOPIC, self.serializer(event, SerializationContext(AUDIT_TOPIC,
+                                                                                       MessageField.VALUE)))
