@@ -14,6 +14,7 @@ the registries; the coordinator passes them on untouched).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import struct
@@ -66,6 +67,7 @@ class FileOffsetStore:
 
     def __init__(self, log_dir: str):
         self.path = os.path.join(log_dir, "consumer-offsets.json")
+        self._lock = asyncio.Lock()
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
         if os.path.exists(self.path):
             with open(self.path) as f:
@@ -77,9 +79,14 @@ class FileOffsetStore:
 
     async def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         self.offsets.setdefault(group, {}).update(offsets)
+        snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()] for g, e in self.offsets.items()}
+        async with self._lock:  # the fsync runs off the event loop; commits are written in order
+            await asyncio.to_thread(self._write, snapshot)
+
+    def _write(self, snapshot: dict) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({g: [[t, p, o, m] for (t, p), (o, m) in e.items()] for g, e in self.offsets.items()}, f)
+            json.dump(snapshot, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
