@@ -13,6 +13,7 @@ Settings, as close to the paper's as each allows:
 
 from __future__ import annotations
 
+import abc
 import os
 import shutil
 import signal
@@ -54,7 +55,7 @@ def compile_client(work: Path) -> str:
     return f"{classes}:{cp}"
 
 
-class Peer:
+class Peer(abc.ABC):
     name = ""
 
     def __init__(self, work: Path, classpath: str):
@@ -67,8 +68,9 @@ class Peer:
         self.proc: subprocess.Popen | None = None
 
     @property
+    @abc.abstractmethod
     def pid(self) -> int:
-        raise NotImplementedError
+        """The broker process whose tree is measured."""
 
     def cpu(self) -> float:
         return tree_cpu(self.pid)

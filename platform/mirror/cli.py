@@ -9,18 +9,14 @@ from pathlib import Path
 
 
 def read_properties(path: str) -> dict[str, str]:
+    from broker.config import ConfigError, parse_properties
+
     try:
-        text = Path(path).read_text()
+        out = parse_properties(Path(path).read_text())
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and line[0] not in "#!":
-            key, sep, value = line.partition("=")
-            if not sep:
-                raise ValueError(f"{path}: expected key=value, got {line!r}")
-            out[key.strip()] = value.strip()
+    except ConfigError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     if "bootstrap.servers" not in out:
         raise ValueError(f"{path}: bootstrap.servers is required")
     return out

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from broker.config import ConfigError, parse_properties
+
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 MODES = ("READWRITE", "READONLY")
 KEYS = {
@@ -37,13 +39,10 @@ class RegistryConfig:
                 text = Path(path).read_text()
             except OSError as exc:
                 raise RegistryConfigError(f"cannot read {path}: {exc.strerror}") from None
-            for line in text.splitlines():
-                line = line.strip()
-                if line and line[0] not in "#!":
-                    key, sep, value = line.partition("=")
-                    if not sep:
-                        raise RegistryConfigError(f"expected key=value, got {line!r}")
-                    raw[key.strip()] = value.strip()
+            try:
+                raw.update(parse_properties(text))
+            except ConfigError as exc:
+                raise RegistryConfigError(str(exc)) from None
         for item in overrides:
             key, sep, value = item.partition("=")
             if not sep:

@@ -62,8 +62,8 @@ class ReplicaManager:
         await self.controller.start()
         loop = asyncio.get_running_loop()
         lag_ms = self.broker.config["replica.lag.time.max.ms"]
-        self._tasks = [loop.create_task(self._every(lag_ms / 2000, self._shrink_isrs)),
-                       loop.create_task(self._every(5.0, self.checkpoint_high_watermarks))]
+        self._tasks = [loop.create_task(self.broker._every(lag_ms / 2000, self._shrink_isrs)),
+                       loop.create_task(self.broker._every(5.0, self.checkpoint_high_watermarks))]
 
     async def _adopt_cluster_id(self) -> None:
         """The cluster id lives in ``/cluster/id``; log dirs of another cluster are refused (as Kafka does)."""
@@ -108,16 +108,6 @@ class ReplicaManager:
             await fetcher.stop()
         self.checkpoint_high_watermarks()
         await self.zk.stop()
-
-    async def _every(self, seconds: float, action) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                result = action()
-                if asyncio.iscoroutine(result):
-                    await result
-            except Exception:
-                log.exception("cluster background task failed")
 
     def checkpoint_high_watermarks(self) -> None:
         entries = {key: p.log.high_watermark for key, p in self.partitions.items()}
@@ -220,10 +210,12 @@ class ReplicaManager:
 
     def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """Fetch handler hook: a follower's progress; may advance the high watermark or grow the ISR."""
+        before = part.log.high_watermark
         larger = part.record_follower_fetch(replica_id, fetch_offset)
         if larger is not None:
             asyncio.get_running_loop().create_task(self.propose_isr(part, larger))
-        self.broker.notify_append(part.topic, part.index)
+        if part.log.high_watermark != before:  # consumers long-polling this partition can now read more
+            self.broker.notify_append(part.topic, part.index)
 
     async def reserve_producer_ids(self, size: int) -> tuple[int, int]:
         """[start, end) of producer ids for this broker alone, from ``/latest_producer_id_block``."""
