@@ -255,3 +255,64 @@ class RegistryProcess:
     def log_text(self) -> str:
         path = self.dir / "registry.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+class LogbusProcess:
+    """Any ``logbus VERB ...`` in the background, output in ``workdir/NAME.log``; stopped by pid."""
+
+    def __init__(self, workdir: Path, name: str, args: list[str]):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.name, self.args = name, args
+        self.output = self.dir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "LogbusProcess":
+        env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", *self.args], stdout=out,
+                                         stderr=subprocess.STDOUT, env=env, cwd=self.dir)
+        return self
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 30) -> None:
+        terminate(self.proc, timeout)
+
+    def log_text(self) -> str:
+        return self.output.read_text(errors="replace") if self.output.exists() else ""
+
+
+def mirror_process(workdir: Path, source: str, target: str, whitelist: str, *extra: str) -> LogbusProcess:
+    """``logbus mirror`` from ``source`` into ``target`` (consumer group ``mirror-live``, source name ``live``)."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "consumer.properties").write_text(f"bootstrap.servers={source}\ngroup.id=mirror-live\n")
+    (workdir / "producer.properties").write_text(f"bootstrap.servers={target}\n")
+    return LogbusProcess(workdir, "mirror", [
+        "mirror", "--consumer.config", str(workdir / "consumer.properties"), "--producer.config",
+        str(workdir / "producer.properties"), "--whitelist", whitelist, "--source-name", "live", *extra])
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    """Every record of ``topic`` (all partitions, up to the high watermarks at the time) with confluent-kafka."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-read-topic", "enable.auto.commit": False})
+    out = []
+    try:
+        for part in consumer.list_topics(timeout=10).topics[topic].partitions:
+            end = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1]
+            consumer.assign([TopicPartition(topic, part, 0)])
+            got = 0
+            while got < end:
+                for m in consumer.consume(1000, timeout=5):
+                    assert not m.error(), m.error()
+                    out.append(m)
+                    got += 1
+    finally:
+        consumer.close()
+    return out

@@ -81,6 +81,16 @@ def _audit_counter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit_service(args: argparse.Namespace) -> int:
+    from audit.service import ServiceConfigError, run
+
+    try:
+        return run(args.config)
+    except ServiceConfigError as exc:
+        print(f"logbus: config error: {exc}", file=sys.stderr)
+        return 2
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -159,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     counter.add_argument("--emit-interval-ms", type=int, default=5000)
     counter.add_argument("--audit-bootstrap", help="cluster holding _audit (default: the tier's cluster)")
     counter.set_defaults(func=_audit_counter)
+
+    service = verbs.add_parser("audit-service", help="serve the reconciled audit report (JSON API and HTML page)")
+    service.add_argument("config", help="properties file (listeners, schema.registry.url, audit.cluster.*)")
+    service.set_defaults(func=_audit_service)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

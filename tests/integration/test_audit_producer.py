@@ -10,28 +10,12 @@ from audit import AuditedProducer
 from audit.events import PRODUCER_HEADER, SEQUENCE_HEADER, TIME_HEADER
 from audit.ranges import RangeSet
 from audit.reconcile import reconcile
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from support import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-def consume_all(bootstrap: str, topic: str, partitions: int) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "audit-check", "enable.auto.commit": False})
-    out = []
-    for p in range(partitions):
-        end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-        consumer.assign([TopicPartition(topic, p, 0)])
-        got = 0
-        while got < end:
-            for m in consumer.consume(1000, timeout=5):
-                assert not m.error(), m.error()
-                out.append(m)
-                got += 1
-    consumer.close()
-    return out
 
 
 def test_audited_producer_accounts_for_every_message(broker, registry):
@@ -43,7 +27,7 @@ def test_audited_producer_accounts_for_every_message(broker, registry):
         if i % 300 == 299:
             time.sleep(0.3)  # the traffic spans several 500 ms windows
     assert producer.flush(30) == 0
-    records = consume_all(broker.bootstrap, "views", 1)
+    records = read_topic(broker.bootstrap, "views")
     assert len(records) == 1500
     sequences = []
     for m in records:
@@ -55,7 +39,7 @@ def test_audited_producer_accounts_for_every_message(broker, registry):
     assert sequences == list(range(1500))
     deserializer = AvroDeserializer(SchemaRegistryClient({"url": reg.url}))
     events = [deserializer(m.value(), SerializationContext("_audit", MessageField.VALUE))
-              for m in consume_all(broker.bootstrap, "_audit", 1)]
+              for m in read_topic(broker.bootstrap, "_audit")]
     assert len(events) >= 3 and sum(e["count"] for e in events) == 1500
     assert all(e["kind"] == "PRODUCED" and e["topic"] == "views" and e["host"] == "frontend-1" for e in events)
     covered = RangeSet()
@@ -84,7 +68,7 @@ def test_audited_producer_accounts_for_every_message(broker, registry):
 def audit_events(bootstrap: str, registry_url: str) -> list[dict]:
     deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
     out = []
-    for m in consume_all(bootstrap, "_audit", 1):
+    for m in read_topic(bootstrap, "_audit"):
         try:
             out.append(deserializer(m.value(), SerializationContext("_audit", MessageField.VALUE)))
         except Exception:

@@ -137,3 +137,11 @@ def test_cli_rejects_unknown_and_invalid_config(tmp_path):
     out = subprocess.run([sys.executable, "-m", "logbus.cli", "broker", str(bad)], capture_output=True,
                          text=True, timeout=30, env=env)
     assert out.returncode != 0 and "invalid value 'zero' for broker.id" in out.stderr
+    bad.write_text("schema.registry.url=http://127.0.0.1:1\n")
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "audit-service", str(bad)], capture_output=True,
+                         text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "logbus: config error: at least one audit.cluster.<name>.bootstrap.servers is required")
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "audit-service", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr.strip().startswith("logbus: config error: cannot read")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from support import (
     BrokerProcess,
     ZooKeeperProcess,
     free_port,
-    terminate,
+    mirror_process,
     wait_until,
 )
 from tcp_proxy import TcpProxy
@@ -30,31 +29,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 COUNT = 200_000
 
 
-class MirrorProcess:
-    def __init__(self, workdir: Path, source: str, target: str):
-        self.dir = workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "consumer.properties").write_text(f"bootstrap.servers={source}\ngroup.id=mirror-live\n")
-        (workdir / "producer.properties").write_text(f"bootstrap.servers={target}\n")
-        self.stats = workdir / "stats.json"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "MirrorProcess":
-        with open(self.dir / "mirror.log", "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "logbus.cli", "mirror",
-                 "--consumer.config", str(self.dir / "consumer.properties"),
-                 "--producer.config", str(self.dir / "producer.properties"), "--whitelist", "pv|clicks|loop",
-                 "--source-name", "live", "--stats-file", str(self.stats)],
-                stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
-        return self
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        terminate(self.proc, 30)
+def MirrorProcess(workdir: Path, source: str, target: str):
+    return mirror_process(workdir, source, target, "pv|clicks|loop", "--stats-file", str(workdir / "stats.json"))
 
 
 @pytest.fixture
@@ -68,7 +44,7 @@ def clusters(tmp_path):
                              zookeeper_connect=zk.connect + "/offline", group_initial_rebalance_delay_ms=0,
                              default_replication_factor=2, zookeeper_session_timeout_ms=3000) for i in range(2)]
     proxy = TcpProxy("127.0.1.2", proxy_port, live.host, live.port).start()
-    mirrors: list[MirrorProcess] = []
+    mirrors: list = []
     try:
         live.start()
         for b in offline:
@@ -174,7 +150,7 @@ def test_mirror_copies_every_partition_in_order_and_follows_new_topics(clusters)
     wait_until(lambda: target_count(clusters["offline"], "loop") >= 1, 60, interval=1, what="loop topic mirrored")
     time.sleep(2)
     assert [r[2] for r in read(clusters["offline"], "loop")[0]] == [b"original"]
-    stats = json.loads(mirror.stats.read_text())
+    stats = json.loads((mirror.dir / "stats.json").read_text())
     assert stats["records"] >= COUNT + 101 and stats["skipped_loops"] == 1 and stats["errors"] == 0
     # offset translation: a group half way through the source partitions
     group = Consumer({"bootstrap.servers": clusters["live"], "group.id": "reports", "enable.auto.commit": False})
@@ -225,5 +201,5 @@ def test_mirror_survives_a_target_leader_failover(clusters):
     time.sleep(2)
     duplicates = check_copy(read(clusters["live"], "pv"), read(clusters["offline"], "pv"))
     print(f"duplicates around the failover: {duplicates}")
-    stats = json.loads(mirror.stats.read_text())
+    stats = json.loads((mirror.dir / "stats.json").read_text())
     assert stats["records"] >= COUNT // 2

@@ -51,3 +51,82 @@ def test_reconcile_status_pending_then_duplicated():
     assert reconcile(events, now_ms=10**9, grace_ms=60_000)[0].status == "duplicated"
     missing_tier = reconcile([produced("c", 0, "p", 0, 9)], now_ms=10**9, grace_ms=0, tiers=["offline"])[0]
     assert (missing_tier.tier, missing_tier.missing, missing_tier.status) == ("offline", 10, "lost")
+
+
+def test_service_config_parse_time_and_select():
+    from audit.service import ServiceConfig, ServiceConfigError, parse_time, select
+
+    cfg = ServiceConfig({"schema.registry.url": "http://127.0.0.1:1", "audit.cluster.live.bootstrap.servers": "a:1",
+                         "audit.cluster.offline.bootstrap.servers": "b:2", "audit.tiers": "live, offline",
+                         "listeners": "http://127.0.0.1:8099"})
+    assert cfg.clusters == {"live": "a:1", "offline": "b:2"} and cfg.tiers == ["live", "offline"]
+    assert (cfg.host, cfg.port, cfg.grace_ms) == ("127.0.0.1", 8099, 60000)
+    for bad, message in (({"schema.registry.url": "x"}, "audit.cluster"),
+                         ({"audit.cluster.a.bootstrap.servers": "a:1"}, "schema.registry.url"),
+                         ({"audit.cluster.a.bootstrap.servers": "a:1", "schema.registry.url": "x", "typo": "1"},
+                          "unknown config key 'typo'"),
+                         ({"audit.cluster.a.bootstrap.servers": "a:1", "schema.registry.url": "x",
+                           "audit.grace.ms": "soon"}, "integer")):
+        with pytest.raises(ServiceConfigError, match=message):
+            ServiceConfig(bad)
+    assert parse_time("1700000000000", "from") == 1_700_000_000_000
+    assert parse_time("2023-11-14T22:13:20Z", "from") == parse_time("2023-11-14T22:13:20", "from") == 1_700_000_000_000
+    assert parse_time("", "to") is None
+    with pytest.raises(ValueError, match="to must be"):
+        parse_time("tomorrow", "to")
+    rows = [{"topic": t, "tier": tr, "window_start": s, "window_end": s + 10} for t in ("a", "b")
+            for tr in ("live", "offline") for s in (0, 10, 20)]
+    assert len(select(rows, "a", None, None, None)) == 6
+    assert {(r["window_start"], r["tier"]) for r in select(rows, "b", 5, 15, "live")} == {(0, "live"), (10, "live")}
+
+
+def test_store_keeps_the_latest_snapshot_and_counts_malformed():
+    from audit.collector import AuditStore
+
+    store = AuditStore()
+    store.add(produced("t", 0, "p", 0, 9))
+    store.add(produced("t", 0, "p", 0, 9))  # the same event read twice (from a replica, a replay): kept once
+    store.add(tier("live", "t", 0, "p", [[0, 4]], 5, [], emitted=2))
+    store.add(tier("live", "t", 0, "p", [[0, 9]], 10, [], emitted=3))
+    store.add(tier("live", "t", 0, "p", [[0, 2]], 3, [], emitted=1))  # an older snapshot read late
+    store.add(tier("live", "", 0, "__round__", [], 1, [], emitted=3))
+    store.count_malformed("unknown_schema_id")
+    events = store.events()
+    assert len(events) == 2 and [e["count"] for e in events if e["kind"] == "TIER"] == [10]
+    assert store.stats()["malformed_by_reason"] == {"unknown_schema_id": 1} and store.stats()["records_read"] == 7
+
+
+def test_decoder_tells_malformed_from_registry_outage():
+    import io
+    import struct
+
+    import fastavro
+    from audit.collector import AuditDecoder, Malformed, Transient
+    from audit.events import SCHEMA
+
+    decoder = AuditDecoder("http://127.0.0.1:1")  # nothing listens: the registry is "down"
+    decoder.writers[7] = fastavro.parse_schema(SCHEMA)
+    event = {**tier("live", "t", 0, "p", [[0, 1]], 2, [(0, 5, 6)]), "host": "h", "first_seq": 0, "last_seq": 1,
+             "bytes": 0}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(SCHEMA), event)
+    assert decoder.decode(b"\x00" + struct.pack(">I", 7) + body.getvalue())["sequences"] == [[0, 1]]
+    for value, reason in ((b"junk", "not_confluent_avro"), (None, "not_confluent_avro"),
+                          (b"\x00" + struct.pack(">I", 7) + body.getvalue()[:3], "undecodable")):
+        with pytest.raises(Malformed) as exc:
+            decoder.decode(value)
+        assert exc.value.reason == reason
+    with pytest.raises(Transient):  # an unknown id while the registry is unreachable: retried, not malformed
+        decoder.decode(b"\x00" + struct.pack(">I", 8) + body.getvalue())
+
+
+def test_render_puts_tiers_side_by_side_with_a_plot():
+    from audit.render import completeness_series, render_page
+
+    rows = [r.as_dict() for r in reconcile([produced("t", 0, "p", 0, 9), tier("offline", "t", 0, "p", [[0, 8]], 9, []),
+                                            tier("live", "t", 0, "p", [[0, 9]], 10, [])], 10**9, 0)]
+    page = render_page(rows, ["live", "offline"])
+    assert page.index("<th colspan=6>live</th>") < page.index("<th colspan=6>offline</th>")
+    assert "data:image/png;base64," in page and ">lost<" in page and "p: 9" in page
+    assert completeness_series(rows, ["live", "offline"]) == {"live": [(0, 100.0)], "offline": [(0, 90.0)]}
+    assert "<html" not in render_page(rows, standalone=False)

@@ -1,0 +1,146 @@
+"""The audit report as HTML: a table per topic with one line per window and every tier side by side, and a
+matplotlib plot of completeness per tier over time. Input is report rows as plain dicts (the JSON of
+``GET /api/report`` or the loads' report file), so the audit service and the Airflow page render the same way."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import defaultdict
+from datetime import datetime, timezone
+
+STATUS_COLOURS = {"complete": "#d9f2d9", "pending": "#eeeeee", "lost": "#f7c6c6", "duplicated": "#fde9b8"}
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def tier_order(rows: list[dict], preferred: list[str] | None = None) -> list[str]:
+    seen = {r["tier"] for r in rows}
+    first = [t for t in (preferred or []) if t in seen]
+    return first + sorted(seen - set(first))
+
+
+def completeness_series(rows: list[dict], tiers: list[str]) -> dict[str, list[tuple[int, float]]]:
+    """Per tier, (window start, completeness %) over all topics, weighted by the expected counts."""
+    totals: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        t = totals[(r["tier"], r["window_start"])]
+        t[0] += r["expected"]
+        t[1] += r["expected"] - r["missing"]
+    out: dict[str, list[tuple[int, float]]] = {tier: [] for tier in tiers}
+    for (tier, start), (expected, present) in sorted(totals.items(), key=lambda kv: kv[0][1]):
+        if tier in out:
+            out[tier].append((start, 100.0 if expected == 0 else 100.0 * present / expected))
+    return out
+
+
+def completeness_plot_png(rows: list[dict], tiers: list[str]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.2), dpi=100)
+    ax = fig.add_subplot()
+    lowest = 100.0
+    for tier, points in completeness_series(rows, tiers).items():
+        if points:
+            xs = [datetime.fromtimestamp(s / 1000, timezone.utc) for s, _ in points]
+            ys = [c for _, c in points]
+            lowest = min(lowest, *ys)
+            ax.plot(xs, ys, marker="o", markersize=3, label=tier)
+    ax.set_ylabel("completeness %")
+    ax.set_xlabel("window start (UTC)")
+    ax.set_ylim(max(0.0, lowest - 5), 100.5 + (100 - lowest) * 0.05)
+    ax.grid(True, alpha=0.3)
+    if tiers:
+        ax.legend(loc="lower left")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close("all")
+    return buf.getvalue()
+
+
+def _missing_text(r: dict) -> str:
+    parts = []
+    for pid, ranges in sorted((r.get("missing_sequences") or {}).items()):
+        seqs = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:20])
+        more = " ..." if len(ranges) > 20 else ""
+        parts.append(f"{pid}: {seqs}{more}")
+    return "; ".join(parts)
+
+
+def render_table(rows: list[dict], tiers: list[str]) -> str:
+    by_topic: dict[str, dict[tuple[int, int], dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        by_topic[r["topic"]][(r["window_start"], r["window_end"])][r["tier"]] = r
+    out = []
+    cols = ("received", "distinct", "missing", "duplicates", "completeness", "status")
+    for topic in sorted(by_topic):
+        out.append(f"<h2>{html.escape(topic)}</h2><table class='report' data-topic='{html.escape(topic)}'>")
+        out.append("<tr><th rowspan=2>window start (UTC)</th><th rowspan=2>window end</th>"
+                   "<th rowspan=2>expected</th>")
+        out.extend(f"<th colspan={len(cols)}>{html.escape(t)}</th>" for t in tiers)
+        out.append("</tr><tr>" + "".join(f"<th>{c}</th>" for _ in tiers for c in cols) + "</tr>")
+        for (start, end), per_tier in sorted(by_topic[topic].items()):
+            expected = next(iter(per_tier.values()))["expected"]
+            out.append(f"<tr><td>{_time(start)}</td><td>{_time(end)}</td><td class=num>{expected}</td>")
+            for tier in tiers:
+                r = per_tier.get(tier)
+                if r is None:
+                    out.append(f"<td colspan={len(cols)}>no data</td>")
+                    continue
+                colour = STATUS_COLOURS.get(r["status"], "#ffffff")
+                title = html.escape(_missing_text(r), quote=True)
+                out.append("".join(f"<td class=num style='background:{colour}'>{r[c]}</td>"
+                                   for c in ("received", "distinct", "missing", "duplicates")))
+                out.append(f"<td class=num style='background:{colour}'>{r['completeness']:.2f}%</td>"
+                           f"<td style='background:{colour}' title='{title}' class='status'>"
+                           f"{html.escape(r['status'])}</td>")
+            out.append("</tr>")
+        out.append("</table>")
+        lost = [r for per_tier in by_topic[topic].values() for r in per_tier.values() if r.get("missing")]
+        if lost:
+            out.append("<p>Missing sequences:</p><ul>")
+            out.extend(f"<li>{html.escape(r['tier'])} {_time(r['window_start'])}: {html.escape(_missing_text(r))}"
+                       "</li>" for r in lost)
+            out.append("</ul>")
+    return "".join(out)
+
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em; }
+table.report { border-collapse: collapse; margin-bottom: 1em; font-size: 13px; }
+table.report th, table.report td { border: 1px solid #bbb; padding: 2px 6px; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.summary { color: #444; }
+"""
+
+
+def render_page(rows: list[dict], tiers: list[str] | None = None, title: str = "logbus audit",
+                notes: list[str] = (), standalone: bool = True) -> str:
+    """The whole report; ``standalone=False`` gives a fragment to embed in another page (the Airflow view)."""
+    tiers = tier_order(rows, tiers)
+    png = base64.b64encode(completeness_plot_png(rows, tiers)).decode() if rows else ""
+    counts = defaultdict(int)
+    for r in rows:
+        counts[r["status"]] += 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no windows yet"
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p class=summary>{len(rows)} rows (topic, window, tier): {html.escape(summary)}. Tiers: "
+            f"{html.escape(', '.join(tiers) or 'none')}.</p>"]
+    body.extend(f"<p class=summary>{html.escape(n)}</p>" for n in notes)
+    if png:
+        body.append(f"<img alt='completeness per tier' src='data:image/png;base64,{png}'>")
+    body.append(render_table(rows, tiers))
+    fragment = "<style>" + STYLE + "</style>" + "".join(body)
+    if not standalone:
+        return fragment
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title></head>"
+            "<body>" + fragment + "</body></html>")
