@@ -91,6 +91,12 @@ def _audit_service(args: argparse.Namespace) -> int:
         return 2
 
 
+def _load(args: argparse.Namespace) -> int:
+    from logbus.loads import run_load
+
+    return run_load(args.config)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -173,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     service = verbs.add_parser("audit-service", help="serve the reconciled audit report (JSON API and HTML page)")
     service.add_argument("config", help="properties file (listeners, schema.registry.url, audit.cluster.*)")
     service.set_defaults(func=_audit_service)
+
+    load = verbs.add_parser("load", help="one warehouse load cycle: plan, load (Spark), count, reconcile")
+    load.add_argument("--config", required=True, help="load properties (bootstrap.servers, warehouse.path, ...)")
+    load.set_defaults(func=_load)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

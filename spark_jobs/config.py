@@ -1,0 +1,76 @@
+"""The load job's configuration (Java properties, like every other logbus config):
+
+    bootstrap.servers=127.0.2.1:9092            the cluster loaded from (the offline datacenter)
+    schema.registry.url=http://127.0.0.1:8081
+    warehouse.path=file:///var/lib/logbus/warehouse   (hdfs://, s3a:// work through Hadoop's FileSystem)
+    topics=page-views,clicks                    or topics.pattern=<regex> (default: every topic not starting '_')
+    spark.master=local[2]                       any other spark.* key goes to the Spark session
+    load.max.records.per.partition=1000000      larger partition ranges are split into several Spark partitions
+    audit.window.ms=60000                       the producers' audit.window.ms
+    audit.grace.ms=60000
+    audit.tiers=live,offline,warehouse          report column order
+    audit.cluster.<name>.bootstrap.servers=...  clusters whose _audit topic is reconciled
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+KNOWN = {"bootstrap.servers", "schema.registry.url", "warehouse.path", "topics", "topics.pattern",
+         "load.max.records.per.partition", "audit.window.ms", "audit.grace.ms", "audit.tiers"}
+CLUSTER = re.compile(r"audit\.cluster\.([A-Za-z0-9_.-]+?)\.bootstrap\.servers")
+
+
+class LoadConfigError(ValueError):
+    pass
+
+
+class LoadConfig:
+    def __init__(self, values: dict[str, str]):
+        self.spark = {k: v for k, v in values.items() if k.startswith("spark.") and k != "spark.master"}
+        self.audit_clusters = {}
+        for key, value in values.items():
+            m = CLUSTER.fullmatch(key)
+            if m:
+                self.audit_clusters[m.group(1)] = value
+            elif key not in KNOWN and not key.startswith("spark."):
+                raise LoadConfigError(f"unknown config key {key!r}")
+        for key in ("bootstrap.servers", "schema.registry.url", "warehouse.path"):
+            if not values.get(key):
+                raise LoadConfigError(f"{key} is required")
+        self.bootstrap = values["bootstrap.servers"]
+        self.registry_url = values["schema.registry.url"]
+        wh = values["warehouse.path"]
+        self.warehouse = wh if "://" in wh else Path(wh).resolve().as_uri()
+        self.master = values.get("spark.master", "local[2]")
+        self.topics = [t.strip() for t in values.get("topics", "").split(",") if t.strip()]
+        try:
+            self.pattern = re.compile(values.get("topics.pattern", r"[^_].*"))
+        except re.error as exc:
+            raise LoadConfigError(f"topics.pattern: {exc}") from None
+        try:
+            self.max_records_per_partition = int(values.get("load.max.records.per.partition", "1000000"))
+            self.window_ms = int(values.get("audit.window.ms", "60000"))
+            self.grace_ms = int(values.get("audit.grace.ms", "60000"))
+        except ValueError as exc:
+            raise LoadConfigError(f"expected an integer: {exc}") from None
+        default_tiers = [*self.audit_clusters, "warehouse"]
+        self.tiers = [t.strip() for t in values.get("audit.tiers", ",".join(default_tiers)).split(",") if t.strip()]
+
+    def wants(self, topic: str) -> bool:
+        if topic.startswith("_"):
+            return False
+        return topic in self.topics if self.topics else bool(self.pattern.fullmatch(topic))
+
+    @classmethod
+    def load(cls, path: str, overrides: dict[str, str] | None = None) -> "LoadConfig":
+        from broker.config import ConfigError, parse_properties
+
+        try:
+            values = parse_properties(Path(path).read_text())
+        except OSError as exc:
+            raise LoadConfigError(f"cannot read {path}: {exc.strerror}") from None
+        except ConfigError as exc:
+            raise LoadConfigError(str(exc)) from None
+        return cls({**values, **(overrides or {})})

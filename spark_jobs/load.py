@@ -1,0 +1,233 @@
+"""One load cycle: plan → load → count → reconcile. ``logbus load --config FILE`` and the Airflow DAG both call
+:func:`run_cycle` (or its steps).
+
+- plan: per topic-partition, [ledger offset (or the log start), high watermark now);
+- load: read the ranges with the ``logbus`` data source, decode the Avro values (quarantine what cannot be
+  decoded), write Parquet partitioned by date/hour into the load's staging directory, and the warehouse tier
+  counts (per topic, window, producer: count and sequence ranges) next to it;
+- publish: move into place, manifest, then ledger (see :mod:`spark_jobs.warehouse`);
+- reconcile: producers' and tiers' events from ``_audit`` of the configured clusters plus the warehouse counts of
+  every published load → ``_audit/report.json``, ``report.parquet`` and ``report.html`` under the warehouse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from spark_jobs import faults
+from spark_jobs.config import LoadConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def session(config: LoadConfig):
+    """A Spark session with the ``logbus`` source registered; Python workers import this repository."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    paths = [str(REPO), str(REPO / "platform")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                        if p and p not in paths])
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(config.master).appName("logbus-load")
+               .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1"))
+    for key, value in config.spark.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    from spark_jobs.source import LogbusDataSource
+
+    spark.dataSource.register(LogbusDataSource)
+    return spark
+
+
+def plan(config: LoadConfig, ledger: dict) -> dict[str, dict[str, list[int]]]:
+    """{topic: {partition: [from, until]}} from the ledger to the high watermarks, only non-empty ranges."""
+    from spark_jobs.source import _Watermarks, consumer_config, plan_ranges
+
+    offsets = ledger["offsets"]
+    marks = _Watermarks(consumer_config({"bootstrap.servers": config.bootstrap}))
+    try:
+        topics = [t for t in sorted(marks.topics()) if config.wants(t)]
+        if not topics:
+            return {}
+        options = {"subscribe": ",".join(topics), "endingOffsets": "latest",
+                   "startingOffsets": json.dumps({t: offsets.get(t, {}) for t in topics if offsets.get(t)})
+                   if any(offsets.get(t) for t in topics) else "earliest"}
+        ranges = plan_ranges(options, marks)
+    finally:
+        marks.close()
+    out: dict[str, dict[str, list[int]]] = {}
+    for topic, p, start, until in ranges:
+        out.setdefault(topic, {})[str(p)] = [start, until]
+    return out
+
+
+def _reader_schema(registry_url: str, topic: str) -> dict | None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        latest = SchemaRegistryClient({"url": registry_url}).get_latest_version(f"{topic}-value")
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 404:
+            return None
+        raise
+    return json.loads(latest.schema.schema_str)
+
+
+def load_topic(spark, config: LoadConfig, staging: str, topic: str, ranges: dict[str, list[int]]) -> dict:
+    """Read, decode and write one topic's ranges into ``staging``; returns rows, quarantined and count events."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_jobs.decode import ERROR, META, Decoder, table_schema
+
+    reader = _reader_schema(config.registry_url, topic)
+    schema = table_schema(reader)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    registry_url = config.registry_url
+
+    def decode(batches):
+        yield from Decoder(registry_url, reader).batches(batches, arrow_schema)
+
+    df = (spark.read.format("logbus").option("bootstrap.servers", config.bootstrap).option("subscribe", topic)
+          .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
+          .option("endingOffsets", json.dumps({topic: {p: r[1] for p, r in ranges.items()}}))
+          .option("maxRecordsPerPartition", str(config.max_records_per_partition)).load())
+    decoded = df.mapInArrow(decode, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        dated = (decoded.withColumn("date", F.date_format("_timestamp", "yyyy-MM-dd"))
+                 .withColumn("hour", F.date_format("_timestamp", "HH")))
+        good = dated.filter(F.col("_error").isNull()).drop("_error", "_value")
+        bad = dated.filter(F.col("_error").isNotNull()).select(*[f.name for f in META + ERROR], "date", "hour")
+        good.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/data/topic={topic}")
+        quarantined = bad.count()
+        if quarantined:
+            bad.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/quarantine/topic={topic}")
+        rows = good.count()
+        events = tier_counts(good, topic, config.window_ms) if rows else []
+    finally:
+        decoded.unpersist()
+    return {"rows": rows, "quarantined": quarantined, "events": events}
+
+
+def tier_counts(good, topic: str, window_ms: int) -> list[dict]:
+    """The warehouse tier's counts of these rows: per (window of the generation time, producer) the number of
+    rows and the distinct sequence numbers as ranges (gaps-and-islands in Spark, not on the driver)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    audited = (good.filter(F.col("_producer").isNotNull() & F.col("_seq").isNotNull()
+                           & F.col("_generated").isNotNull())
+               .withColumn("window_start", F.col("_generated") - F.col("_generated") % window_ms))
+    counts = {(r["_producer"], r["window_start"]): r["count"]
+              for r in audited.groupBy("_producer", "window_start").count().collect()}
+    w = Window.partitionBy("_producer", "window_start").orderBy("_seq")
+    islands = (audited.select("_producer", "window_start", "_seq").distinct()
+               .withColumn("island", F.col("_seq") - F.row_number().over(w))
+               .groupBy("_producer", "window_start", "island").agg(F.min("_seq").alias("first"),
+                                                                 F.max("_seq").alias("last")))
+    ranges: dict[tuple[str, int], list[list[int]]] = {}
+    for r in islands.collect():
+        ranges.setdefault((r["_producer"], r["window_start"]), []).append([r["first"], r["last"]])
+    return [{"topic": topic, "producer_id": pid, "window_start": start, "window_end": start + window_ms,
+             "count": n, "sequences": sorted(ranges.get((pid, start), []))}
+            for (pid, start), n in sorted(counts.items())]
+
+
+def load(spark, config: LoadConfig, wh, load_id: int, ranges: dict) -> dict:
+    staging = wh.staging(load_id)
+    wh.delete(staging)
+    summary = {"load_id": load_id, "ranges": ranges, "rows": {}, "quarantined": {}, "started_at": time.time()}
+    events = []
+    for topic in sorted(ranges):
+        out = load_topic(spark, config, staging, topic, ranges[topic])
+        summary["rows"][topic], summary["quarantined"][topic] = out["rows"], out["quarantined"]
+        events.extend(out["events"])
+        faults.point("load.topic_written")
+    wh.write_text(f"{staging}/counts.json", json.dumps(events))
+    summary["finished_at"] = time.time()
+    faults.point("load.staged")
+    return summary
+
+
+def warehouse_events(wh) -> list[dict]:
+    """Every published load's counts merged per (topic, window, producer), as TIER events of tier 'warehouse'."""
+    from audit.ranges import RangeSet
+
+    merged: dict[tuple, dict] = {}
+    for f in wh.list_files(wh.path("_audit", "counts")):
+        if not f.endswith(".json"):
+            continue
+        for e in json.loads(wh.read_text(f)):
+            key = (e["topic"], e["window_start"], e["producer_id"])
+            m = merged.setdefault(key, {"count": 0, "seqs": RangeSet(), "end": e["window_end"]})
+            m["count"] += e["count"]
+            for a, b in e["sequences"]:
+                m["seqs"].add(a, b)
+    return [{"kind": "TIER", "tier": "warehouse", "producer_id": pid, "host": "", "topic": topic,
+             "window_start": start, "window_end": m["end"], "count": m["count"], "sequences": m["seqs"].as_list(),
+             "source": [], "emitted_at": 0}
+            for (topic, start, pid), m in merged.items()]
+
+
+def reconcile_report(spark, config: LoadConfig, wh) -> dict:
+    from audit.collector import read_once
+    from audit.reconcile import reconcile
+    from audit.render import render_page
+
+    store = read_once(config.audit_clusters, config.registry_url) if config.audit_clusters else None
+    events = (store.events() if store else []) + warehouse_events(wh)
+    rows = [r.as_dict() for r in reconcile(events, int(time.time() * 1000), config.grace_ms, config.tiers)]
+    rows = [r for r in rows if config.wants(r["topic"])]
+    report = {"generated_at": int(time.time() * 1000), "tiers": config.tiers, "grace_ms": config.grace_ms,
+              "malformed": store.stats()["malformed_by_reason"] if store else {}, "rows": rows}
+    wh.write_text(wh.path("_audit", "report.json"), json.dumps(report))
+    wh.write_text(wh.path("_audit", "report.html"), render_page(rows, config.tiers, title="logbus audit (warehouse)"))
+    if rows:
+        flat = [{**{k: v for k, v in r.items() if k != "missing_sequences"},
+                 "missing_sequences": json.dumps(r["missing_sequences"])} for r in rows]
+        spark.createDataFrame(flat).coalesce(1).write.mode("overwrite").parquet(wh.path("_audit", "report.parquet"))
+    return report
+
+
+def run_cycle(config: LoadConfig, spark=None, say=print) -> dict:
+    from spark_jobs.warehouse import Warehouse
+
+    own = spark is None
+    spark = spark or session(config)
+    try:
+        wh = Warehouse(spark, config.warehouse)
+        for line in wh.recover():
+            say(f"recovery: {line}")
+        ledger = wh.ledger()
+        ranges = plan(config, ledger)
+        summary = {"load_id": ledger["load_id"], "ranges": {}, "rows": {}, "quarantined": {}}
+        if ranges:
+            load_id = ledger["load_id"] + 1
+            say(f"load {load_id}: " + ", ".join(f"{t}[{p}] {a}..{b}" for t, parts in sorted(ranges.items())
+                                                for p, (a, b) in sorted(parts.items(), key=lambda kv: int(kv[0]))))
+            summary = load(spark, config, wh, load_id, ranges)
+            wh.publish(load_id, summary)
+            say(f"load {load_id}: published " + ", ".join(
+                f"{t}: {summary['rows'][t]} rows, {summary['quarantined'][t]} quarantined" for t in sorted(ranges)))
+        else:
+            say("nothing new to load")
+        report = reconcile_report(spark, config, wh)
+        statuses: dict[str, int] = {}
+        for r in report["rows"]:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        say(f"audit report: {len(report['rows'])} rows " + json.dumps(statuses, sort_keys=True)
+            + f" -> {wh.path('_audit', 'report.json')}")
+        return {"load": summary, "report": report}
+    finally:
+        if own:
+            spark.stop()

@@ -1,0 +1,161 @@
+"""Warehouse loads with real parts: a broker, the schema registry, Spark (local mode) through ``logbus load``:
+Parquet rows equal the produced Avro records, the ledger advances, a second load takes only what is new, a
+record with an unknown schema id goes to quarantine, and a load killed at any point and rerun publishes every
+record exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from audit import AuditedProducer
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from support import REPO, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+SCHEMA = json.dumps({"type": "record", "name": "PageView", "namespace": "demo", "fields": [
+    {"name": "member", "type": "long"}, {"name": "url", "type": "string"},
+    {"name": "referrer", "type": ["null", "string"], "default": None},
+    {"name": "tags", "type": {"type": "array", "items": "string"}, "default": []}]})
+
+
+class Traffic:
+    def __init__(self, broker, registry, topic: str):
+        self.broker, self.registry, self.topic = broker, registry, topic
+        self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), SCHEMA)
+        self.producer = AuditedProducer({"bootstrap.servers": broker.bootstrap, "schema.registry.url": registry.url,
+                                         "audit.window.ms": 1000, "linger.ms": 5})
+        self.sent: list[dict] = []
+
+    def send(self, count: int) -> None:
+        topic = self.topic
+        for _ in range(count):
+            i = len(self.sent)
+            record = {"member": i, "url": f"/jobs/{i % 13}", "referrer": None if i % 3 else f"r{i}",
+                      "tags": [f"t{i % 4}"] * (i % 3)}
+            value = self.serializer(record, SerializationContext(topic, MessageField.VALUE))
+            self.producer.produce(topic, value, key=str(i).encode())
+            self.sent.append(record)
+        assert self.producer.flush(30) == 0
+
+
+def load_config(tmp_path: Path, broker, registry, topic: str) -> Path:
+    path = tmp_path / "load.properties"
+    path.write_text(f"bootstrap.servers={broker.bootstrap}\nschema.registry.url={registry.url}\n"
+                    f"warehouse.path={tmp_path / 'warehouse'}\ntopics={topic}\nspark.master=local[2]\n"
+                    f"audit.window.ms=1000\naudit.grace.ms=0\n"
+                    f"audit.cluster.offline.bootstrap.servers={broker.bootstrap}\naudit.tiers=warehouse\n"
+                    "load.max.records.per.partition=1500\n")
+    return path
+
+
+def run_load(config: Path, crash_at: str | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    env.pop("LOGBUS_LOAD_CRASH_AT", None)
+    if crash_at:
+        env["LOGBUS_LOAD_CRASH_AT"] = crash_at
+    return subprocess.run([sys.executable, "-m", "logbus.cli", "load", "--config", str(config)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def warehouse_rows(tmp_path: Path, what: str) -> list[dict]:
+    root = tmp_path / "warehouse" / what
+    if not root.exists():
+        return []
+    return ds.dataset(str(root), format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def check_exactly_once(tmp_path: Path, traffic: Traffic) -> list[dict]:
+    rows = warehouse_rows(tmp_path, f"topic={traffic.topic}")
+    got = sorted(((r["member"], r["url"], r["referrer"], tuple(r["tags"])) for r in rows))
+    want = sorted(((r["member"], r["url"], r["referrer"], tuple(r["tags"])) for r in traffic.sent))
+    assert len(got) == len(want), f"{len(got)} rows in the warehouse, {len(want)} produced"
+    assert got == want
+    assert len({(r["_partition"], r["_offset"]) for r in rows}) == len(rows)
+    return rows
+
+
+def test_load_writes_the_records_advances_the_ledger_and_quarantines(broker, registry, tmp_path):
+    reg = registry(broker.bootstrap)
+    traffic = Traffic(broker, reg, "pageviews")
+    traffic.send(2500)
+    junk = Producer({"bootstrap.servers": broker.bootstrap})
+    junk.produce("pageviews", b"\x00" + struct.pack(">I", 424242) + b"\x02\x04ab", key=b"bad")
+    assert junk.flush(10) == 0
+    config = load_config(tmp_path, broker, reg, "pageviews")
+    out = run_load(config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "load 1: published pageviews: 2500 rows, 1 quarantined" in out.stdout
+    rows = check_exactly_once(tmp_path, traffic)
+    first = next(r for r in rows if r["member"] == 0)
+    assert first["_producer"] == traffic.producer.producer_id and first["_seq"] == 0 and first["_schema_id"] >= 1
+    assert first["date"] == time.strftime("%Y-%m-%d", time.gmtime()) and 0 <= int(first["hour"]) < 24
+    quarantine = warehouse_rows(tmp_path, "_quarantine/topic=pageviews")
+    assert len(quarantine) == 1 and quarantine[0]["_error"] == "unknown schema id 424242"
+    assert quarantine[0]["_key"] == b"bad" and quarantine[0]["_value"].endswith(b"\x02\x04ab")
+    ledger = json.loads((tmp_path / "warehouse" / "_ledger.json").read_text())
+    assert ledger["load_id"] == 1 and sum(ledger["offsets"]["pageviews"].values()) == 2501
+    manifest = json.loads((tmp_path / "warehouse" / "_manifests" / "load-000001.json").read_text())
+    assert manifest["rows"] == {"pageviews": 2500} and manifest["quarantined"] == {"pageviews": 1}
+    assert all(Path(f.removeprefix("file:")).exists() for f in manifest["files"])
+    report = json.loads((tmp_path / "warehouse" / "_audit" / "report.json").read_text())
+    assert report["rows"] and all(r["status"] == "complete" and r["tier"] == "warehouse" for r in report["rows"])
+    assert sum(r["expected"] for r in report["rows"]) == 2500
+    assert "<th colspan=6>warehouse</th>" in (tmp_path / "warehouse" / "_audit" / "report.html").read_text()
+
+    traffic.send(700)  # the next load takes only what is new
+    out = run_load(config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "load 2: published pageviews: 700 rows, 0 quarantined" in out.stdout
+    check_exactly_once(tmp_path, traffic)
+    assert json.loads((tmp_path / "warehouse" / "_ledger.json").read_text())["load_id"] == 2
+    out = run_load(config)
+    assert out.returncode == 0 and "nothing new to load" in out.stdout
+
+
+def test_a_load_killed_anywhere_and_rerun_publishes_exactly_once(broker, registry, tmp_path):
+    reg = registry(broker.bootstrap)
+    traffic = Traffic(broker, reg, "clicks")
+    traffic.send(3000)
+    config = load_config(tmp_path, broker, reg, "clicks")
+    # crash after the staging output is complete but before publication: discarded and loaded again
+    out = run_load(config, crash_at="load.staged")
+    assert out.returncode == 137 and "crash point load.staged reached" in out.stderr
+    assert warehouse_rows(tmp_path, "topic=clicks") == [] and (tmp_path / "warehouse" / "_staging").exists()
+    # crash in the middle of publication, after one file was moved: rolled forward by the next run
+    out = run_load(config, crash_at="publish.move:1")
+    assert out.returncode == 137, out.stderr[-3000:]
+    assert 0 < len(warehouse_rows(tmp_path, "topic=clicks")) < 3000  # half published: what a reader must never rely on
+    traffic.send(500)
+    # kill -9 of the whole job (driver and Spark's JVM) while Spark writes the staging files
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    with open(tmp_path / "killed-load.log", "wb") as log:
+        job = subprocess.Popen([sys.executable, "-m", "logbus.cli", "load", "--config", str(config)], env=env,
+                               stdout=log, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: list((tmp_path / "warehouse" / "_staging").glob("load-000002/data/*")),
+                   180, interval=0.05, what="the load writing its staging files")
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert "recovery: rolled load 1 forward" in (tmp_path / "killed-load.log").read_text()
+    out = run_load(config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "recovery: discarded the staging output of load 2" in out.stdout
+    check_exactly_once(tmp_path, traffic)
+    ledger = json.loads((tmp_path / "warehouse" / "_ledger.json").read_text())
+    assert sum(ledger["offsets"]["clicks"].values()) == 3500
+    report = json.loads((tmp_path / "warehouse" / "_audit" / "report.json").read_text())
+    assert sum(r["expected"] for r in report["rows"]) == 3500
+    assert all(r["status"] == "complete" for r in report["rows"]), report["rows"]

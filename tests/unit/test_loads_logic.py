@@ -1,0 +1,72 @@
+"""Load-job logic without Spark or brokers: offset planning, the source's options, config, Avro → Spark types."""
+
+import pytest
+
+from spark_jobs.config import LoadConfig, LoadConfigError
+from spark_jobs.decode import avro_to_spark, table_schema
+from spark_jobs.source import SourceError, normalize, parse_offsets, plan_ranges
+
+pytestmark = pytest.mark.unit
+
+
+class FakeCluster:
+    def __init__(self, logs):
+        self.logs = logs  # {topic: {partition: (low, high)}}
+
+    def topics(self):
+        return {t: list(parts) for t, parts in self.logs.items()}
+
+    def __call__(self, topic, partition):
+        return self.logs[topic][partition]
+
+
+def test_plan_ranges_resolves_earliest_latest_json_and_patterns():
+    cluster = FakeCluster({"pv": {0: (0, 10), 1: (5, 20)}, "clicks": {0: (0, 0)}, "_audit": {0: (0, 3)}})
+    assert plan_ranges({"subscribe": "pv"}, cluster) == [("pv", 0, 0, 10), ("pv", 1, 5, 20)]
+    assert plan_ranges({"subscribe": "pv", "startingOffsets": '{"pv": {"1": 7}}', "endingOffsets": "latest"},
+                       cluster) == [("pv", 0, 0, 10), ("pv", 1, 7, 20)]
+    assert plan_ranges({"subscribePattern": "p.|clicks", "startingOffsets": "latest"}, cluster) == []
+    assert plan_ranges({"subscribe": "pv", "endingOffsets": '{"pv": {"0": 4, "1": -2}}'}, cluster) == [
+        ("pv", 0, 0, 4)]
+    for options, message in (({"subscribe": "nope"}, "unknown topic 'nope'"),
+                             ({}, "subscribe or subscribePattern"),
+                             ({"subscribe": "pv", "startingOffsets": '{"pv": {"1": 2}}'}, r"outside the log"),
+                             ({"subscribe": "pv", "startingOffsets": "soon"}, "startingOffsets must be")):
+        with pytest.raises(SourceError, match=message):
+            plan_ranges(options, cluster)
+    assert parse_offsets("earliest", -1, "x") == (-2, {})
+    assert normalize({"startingoffsets": "latest", "kafka.fetch.min.bytes": "1"}) == {
+        "startingOffsets": "latest", "kafka.fetch.min.bytes": "1"}
+
+
+def test_load_config_defaults_and_errors(tmp_path):
+    c = LoadConfig({"bootstrap.servers": "b:1", "schema.registry.url": "http://r", "warehouse.path": str(tmp_path),
+                    "audit.cluster.live.bootstrap.servers": "l:1", "spark.executor.memory": "1g"})
+    assert c.warehouse == tmp_path.resolve().as_uri() and c.master == "local[2]"
+    assert c.tiers == ["live", "warehouse"] and c.spark == {"spark.executor.memory": "1g"}
+    assert c.wants("page-views") and not c.wants("_audit")
+    for values, message in (({"bootstrap.servers": "b"}, "schema.registry.url is required"),
+                            ({"bootstrap.servers": "b", "schema.registry.url": "r", "warehouse.path": "w",
+                              "topic": "x"}, "unknown config key 'topic'"),
+                            ({"bootstrap.servers": "b", "schema.registry.url": "r", "warehouse.path": "w",
+                              "audit.window.ms": "1m"}, "integer")):
+        with pytest.raises(LoadConfigError, match=message):
+            LoadConfig(values)
+
+
+def test_avro_schemas_become_spark_columns():
+    schema = {"type": "record", "name": "E", "fields": [
+        {"name": "id", "type": "long"}, {"name": "ref", "type": ["null", "string"]},
+        {"name": "either", "type": ["int", "string"]},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A"]}},
+        {"name": "tags", "type": {"type": "map", "values": "int"}},
+        {"name": "inner", "type": {"type": "record", "name": "I", "fields": [{"name": "x", "type": "double"}]}},
+        {"name": "again", "type": "I"}]}
+    t, nullable = avro_to_spark(schema)
+    assert not nullable
+    assert t.simpleString() == ("struct<id:bigint,ref:string,either:string,at:timestamp,kind:string,"
+                                "tags:map<string,int>,inner:struct<x:double>,again:struct<x:double>>")
+    cols = [f.name for f in table_schema(schema).fields]
+    assert cols[:8] == ["id", "ref", "either", "at", "kind", "tags", "inner", "again"]
+    assert {"_partition", "_offset", "_producer", "_seq", "_error", "_value"} <= set(cols)
