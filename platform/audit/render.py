@@ -8,12 +8,12 @@ import base64
 import html
 import io
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 STATUS_COLOURS = {"complete": "#d9f2d9", "pending": "#eeeeee", "lost": "#f7c6c6", "duplicated": "#fde9b8"}
 
 
-def _time(ms: int) -> str:
+def utc_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
@@ -47,6 +47,12 @@ def completeness_plot_png(rows: list[dict], tiers: list[str]) -> bytes:
     fig = Figure(figsize=(9, 3.2), dpi=100)
     ax = fig.add_subplot()
     lowest = 100.0
+    starts = sorted({r["window_start"] for r in rows})
+    if starts:
+        window = max(r["window_end"] - r["window_start"] for r in rows)
+        pad = timedelta(milliseconds=max(window, (starts[-1] - starts[0]) // 10))
+        ax.set_xlim(datetime.fromtimestamp(starts[0] / 1000, timezone.utc) - pad,
+                    datetime.fromtimestamp(starts[-1] / 1000, timezone.utc) + pad)
     for tier, points in completeness_series(rows, tiers).items():
         if points:
             xs = [datetime.fromtimestamp(s / 1000, timezone.utc) for s, _ in points]
@@ -90,7 +96,7 @@ def render_table(rows: list[dict], tiers: list[str]) -> str:
         out.append("</tr><tr>" + "".join(f"<th>{c}</th>" for _ in tiers for c in cols) + "</tr>")
         for (start, end), per_tier in sorted(by_topic[topic].items()):
             expected = next(iter(per_tier.values()))["expected"]
-            out.append(f"<tr><td>{_time(start)}</td><td>{_time(end)}</td><td class=num>{expected}</td>")
+            out.append(f"<tr><td>{utc_time(start)}</td><td>{utc_time(end)}</td><td class=num>{expected}</td>")
             for tier in tiers:
                 r = per_tier.get(tier)
                 if r is None:
@@ -108,7 +114,7 @@ def render_table(rows: list[dict], tiers: list[str]) -> str:
         lost = [r for per_tier in by_topic[topic].values() for r in per_tier.values() if r.get("missing")]
         if lost:
             out.append("<p>Missing sequences:</p><ul>")
-            out.extend(f"<li>{html.escape(r['tier'])} {_time(r['window_start'])}: {html.escape(_missing_text(r))}"
+            out.extend(f"<li>{html.escape(r['tier'])} {utc_time(r['window_start'])}: {html.escape(_missing_text(r))}"
                        "</li>" for r in lost)
             out.append("</ul>")
     return "".join(out)

@@ -159,3 +159,87 @@ def test_a_load_killed_anywhere_and_rerun_publishes_exactly_once(broker, registr
     report = json.loads((tmp_path / "warehouse" / "_audit" / "report.json").read_text())
     assert sum(r["expected"] for r in report["rows"]) == 3500
     assert all(r["status"] == "complete" for r in report["rows"]), report["rows"]
+
+
+def airflow_env(tmp_path: Path, config: Path, port: int) -> dict:
+    (tmp_path / "passwords.json").write_text(json.dumps({"admin": "audit-test-password"}))
+    return dict(os.environ, AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+                AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "airflow_plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+                AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
+                AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="False",
+                AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(tmp_path / "passwords.json"),
+                AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}", LOGBUS_LOAD_CONFIG=str(config))
+
+
+def test_airflow_dag_loads_and_the_audit_page_renders_behind_the_login(broker, registry, tmp_path):
+    import requests
+    from browser import Browser
+    from support import free_port
+
+    reg = registry(broker.bootstrap)
+    traffic = Traffic(broker, reg, "jobviews")
+    for _ in range(3):  # a few audit windows
+        traffic.send(600)
+        time.sleep(1.1)
+    config = load_config(tmp_path, broker, reg, "jobviews")
+    port = free_port()
+    env = airflow_env(tmp_path, config, port)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    out = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = subprocess.run([airflow, "dags", "test", "logbus_load"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-5000:]
+    assert "DagRun Finished: dag_id=logbus_load" in log and "state=success" in log
+    check_exactly_once(tmp_path, traffic)
+    ledger = json.loads((tmp_path / "warehouse" / "_ledger.json").read_text())
+    assert ledger["load_id"] == 1 and sum(ledger["offsets"]["jobviews"].values()) == 1800
+    report = json.loads((tmp_path / "warehouse" / "_audit" / "report.json").read_text())
+    assert len(report["rows"]) >= 3 and all(r["status"] == "complete" for r in report["rows"])
+    assert (tmp_path / "warehouse" / "_audit" / "report.parquet").is_dir()
+
+    # the Airflow UI with the plugin: the page needs the Airflow login, then renders the report table
+    with open(tmp_path / "api-server.log", "wb") as api_log:
+        server = subprocess.Popen([airflow, "api-server", "--host", "127.0.0.1", "--port", str(port),
+                                   "--workers", "1"], env=env, stdout=api_log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ok(requests, f"{base}/api/v2/monitor/health"), 120, interval=0.5,
+                   what="the Airflow API server")
+        anonymous = requests.get(f"{base}/logbus-audit/", timeout=30)
+        assert anonymous.status_code == 401
+        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": "audit-test-password"},
+                              timeout=30).json()["access_token"]
+        page = requests.get(f"{base}/logbus-audit/", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert page.status_code == 200 and "<th colspan=6>warehouse</th>" in page.text
+        assert page.text.count(">complete<") == len(report["rows"])
+        with Browser() as browser:
+            browser.set_cookie(base + "/", "_token", token)
+            browser.open(f"{base}/plugin/logbus-audit")
+            text = browser.wait_for("(() => { const f = document.querySelector('iframe');"
+                                    " const t = f && f.contentDocument && f.contentDocument.body"
+                                    " && f.contentDocument.body.innerText;"
+                                    " return t && t.includes('complete') && t; })()", 90)
+            assert "jobviews" in text and "warehouse" in text
+            assert "Audit" in browser.evaluate("document.body.innerText")  # the navigation entry
+            time.sleep(1)
+            png = browser.screenshot(tmp_path / "airflow-audit.png")
+        assert png.startswith(b"\x89PNG") and len(png) > 20_000
+        if os.environ.get("LOGBUS_SCREENSHOT_DIR"):  # how docs/airflow-audit-page.png is refreshed
+            (Path(os.environ["LOGBUS_SCREENSHOT_DIR"]) / "airflow-audit-page.png").write_bytes(png)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def _ok(requests, url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        return False

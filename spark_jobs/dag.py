@@ -1,0 +1,116 @@
+"""The ``logbus_load`` DAG's logic; ``dags/logbus_load.py`` only calls :func:`build_dag`.
+
+Tasks: ``plan`` (finish or discard a killed load, then the ranges from the ledger to the high watermarks, as
+XCom) → ``load`` (Spark: read, decode, Parquet + the warehouse tier counts into staging, publish; the counts are
+published with the data so they can never disagree with it) → ``reconcile`` (the audit report: Parquet, JSON and
+HTML under ``<warehouse>/_audit/``, shown by the Airflow "Audit" page). A retried ``load`` whose load was already
+published (the previous try died after publication) does not load it again.
+
+Configuration: the load properties file named by the Airflow Variable ``logbus_load_config`` or the environment
+variable ``LOGBUS_LOAD_CONFIG``; the schedule by ``LOGBUS_LOAD_SCHEDULE`` (cron or preset, default ``@hourly``).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+DAG_ID = "logbus_load"
+
+
+def config_path() -> str:
+    path = os.environ.get("LOGBUS_LOAD_CONFIG")
+    if not path:
+        from airflow.sdk import Variable
+
+        path = Variable.get("logbus_load_config", default=None)
+    if not path:
+        raise RuntimeError("set the Airflow Variable logbus_load_config or LOGBUS_LOAD_CONFIG to a load config file")
+    return path
+
+
+def _with_spark(fn):
+    from spark_jobs.config import LoadConfig
+    from spark_jobs.load import session
+
+    config = LoadConfig.load(config_path())
+    spark = session(config)
+    try:
+        return fn(config, spark)
+    finally:
+        spark.stop()
+
+
+def plan_step() -> dict:
+    from spark_jobs.load import plan
+    from spark_jobs.warehouse import Warehouse
+
+    def run(config, spark):
+        wh = Warehouse(spark, config.warehouse)
+        for line in wh.recover():
+            print(f"recovery: {line}")
+        ledger = wh.ledger()
+        ranges = plan(config, ledger)
+        print(f"plan: load {ledger['load_id'] + 1}: {ranges or 'nothing new'}")
+        return {"load_id": ledger["load_id"] + 1, "ranges": ranges}
+
+    return _with_spark(run)
+
+
+def load_step(planned: dict) -> dict:
+    from spark_jobs.load import load
+    from spark_jobs.warehouse import Warehouse
+
+    def run(config, spark):
+        wh = Warehouse(spark, config.warehouse)
+        for line in wh.recover():
+            print(f"recovery: {line}")
+        load_id, ranges = planned["load_id"], planned["ranges"]
+        if not ranges:
+            return {"load_id": load_id, "rows": {}, "quarantined": {}, "skipped": "nothing to load"}
+        if wh.ledger()["load_id"] >= load_id:  # an earlier try published it and died afterwards
+            return {"load_id": load_id, "skipped": "already published"}
+        summary = load(spark, config, wh, load_id, ranges)
+        wh.publish(load_id, summary)
+        print(f"load {load_id}: published {summary['rows']} rows, {summary['quarantined']} quarantined")
+        return {"load_id": load_id, "rows": summary["rows"], "quarantined": summary["quarantined"]}
+
+    return _with_spark(run)
+
+
+def reconcile_step() -> dict:
+    from spark_jobs.load import reconcile_report
+    from spark_jobs.warehouse import Warehouse
+
+    def run(config, spark):
+        report = reconcile_report(spark, config, Warehouse(spark, config.warehouse))
+        statuses: dict[str, int] = {}
+        for r in report["rows"]:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        print(f"audit report: {len(report['rows'])} rows {statuses}")
+        return {"rows": len(report["rows"]), "statuses": statuses}
+
+    return _with_spark(run)
+
+
+def build_dag(schedule: str | None = None):
+    from airflow.sdk import DAG, task
+
+    schedule = schedule or os.environ.get("LOGBUS_LOAD_SCHEDULE", "@hourly")
+    with DAG(DAG_ID, schedule=schedule, start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1,
+             default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+             doc_md=__doc__, tags=["logbus"]) as dag:
+        @task
+        def plan() -> dict:
+            return plan_step()
+
+        @task
+        def load(planned: dict) -> dict:
+            return load_step(planned)
+
+        @task
+        def reconcile(loaded: dict) -> dict:
+            return reconcile_step()
+
+        reconcile(load(plan()))
+    return dag
