@@ -107,6 +107,7 @@ class Decoder:
         self.reader_json = reader_schema
         self.reader = None
         self.writers: dict[int, object] = {}
+        self.same_as_reader: dict[int, bool] = {}
         self.wrap = reader_schema is not None and not (isinstance(reader_schema, dict)
                                                        and reader_schema.get("type") == "record")
         self.json_columns: set[str] = set()  # multi-type unions: written as JSON text
@@ -126,7 +127,10 @@ class Decoder:
                     self.writers[schema_id] = None
                     return None
                 raise
-            self.writers[schema_id] = fastavro.parse_schema(json.loads(s.schema_str))
+            parsed = json.loads(s.schema_str)
+            # the same schema as the reader's: no resolution needed (much faster per record)
+            self.same_as_reader[schema_id] = parsed == self.reader_json
+            self.writers[schema_id] = fastavro.parse_schema(parsed)
         return self.writers[schema_id]
 
     def decode(self, value: bytes | None) -> tuple[dict | None, int | None, str | None]:
@@ -143,30 +147,48 @@ class Decoder:
         if writer is None:
             return None, schema_id, f"unknown schema id {schema_id}"
         try:
-            record = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, self.reader)
+            record = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer,
+                                                None if self.same_as_reader.get(schema_id) else self.reader)
         except Exception as exc:
             return None, schema_id, f"undecodable with schema id {schema_id}: {type(exc).__name__}"
         return ({"value": record} if self.wrap else record), schema_id, None
 
     def batches(self, batches, arrow_schema):
+        """Column-wise: only the values and the headers go through Python; the metadata columns are passed on
+        as Arrow arrays."""
         import pyarrow as pa
 
+        record_fields = [f for f in arrow_schema if not f.name.startswith("_")]
         for batch in batches:
-            rows = []
-            for r in batch.to_pylist():
-                headers = {h["key"]: h["value"] for h in (r["headers"] or [])}
-                record, schema_id, error = self.decode(r["value"])
-                row = dict(record or {})
-                for name in self.json_columns & row.keys():
-                    if row[name] is not None and not isinstance(row[name], str):
-                        row[name] = json.dumps(row[name], default=str)
-                row.update(_partition=r["partition"], _offset=r["offset"], _timestamp=r["timestamp"],
-                           _key=r["key"], _schema_id=schema_id, _producer=_text(headers.get("logbus.audit.producer")),
-                           _seq=_int(headers.get("logbus.audit.seq")), _host=_text(headers.get("logbus.audit.host")),
-                           _generated=_int(headers.get("logbus.audit.time")), _error=error,
-                           _value=r["value"] if error else None)
-                rows.append(row)
-            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+            values = batch.column("value").to_pylist()
+            headers = batch.column("headers").to_pylist()
+            records: dict[str, list] = {f.name: [] for f in record_fields}
+            schema_ids, errors, raw = [], [], []
+            producer, seq, host, generated = [], [], [], []
+            for value, hs in zip(values, headers):
+                record, schema_id, error = self.decode(value)
+                record = record or {}
+                for f in record_fields:
+                    v = record.get(f.name)
+                    if f.name in self.json_columns and v is not None and not isinstance(v, str):
+                        v = json.dumps(v, default=str)
+                    records[f.name].append(v)
+                schema_ids.append(schema_id)
+                errors.append(error)
+                raw.append(value if error else None)
+                h = {x["key"]: x["value"] for x in hs} if hs else {}
+                producer.append(_text(h.get("logbus.audit.producer")))
+                seq.append(_int(h.get("logbus.audit.seq")))
+                host.append(_text(h.get("logbus.audit.host")))
+                generated.append(_int(h.get("logbus.audit.time")))
+            columns = {f.name: pa.array(records[f.name], type=f.type) for f in record_fields}
+            columns.update(_partition=batch.column("partition"), _offset=batch.column("offset"),
+                           _timestamp=batch.column("timestamp"), _key=batch.column("key"), _schema_id=schema_ids,
+                           _producer=producer, _seq=seq, _host=host, _generated=generated, _error=errors, _value=raw)
+            arrays = [columns[f.name] if isinstance(columns[f.name], (pa.Array, pa.ChunkedArray))
+                      else pa.array(columns[f.name], type=f.type) for f in arrow_schema]
+            arrays = [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, arrow_schema)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def _text(b: bytes | None) -> str | None:

@@ -108,15 +108,21 @@ def load_topic(spark, config: LoadConfig, staging: str, topic: str, ranges: dict
                  .withColumn("hour", F.date_format("_timestamp", "HH")))
         good = dated.filter(F.col("_error").isNull()).drop("_error", "_value")
         bad = dated.filter(F.col("_error").isNotNull()).select(*[f.name for f in META + ERROR], "date", "hour")
+        t0 = time.perf_counter()
         good.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/data/topic={topic}")
+        t1 = time.perf_counter()
         quarantined = bad.count()
         if quarantined:
             bad.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/quarantine/topic={topic}")
         rows = good.count()
+        t2 = time.perf_counter()
         events = tier_counts(good, topic, config.window_ms) if rows else []
+        t3 = time.perf_counter()
     finally:
         decoded.unpersist()
-    return {"rows": rows, "quarantined": quarantined, "events": events}
+    return {"rows": rows, "quarantined": quarantined, "events": events,
+            "seconds": {"read_decode_write": round(t1 - t0, 2), "quarantine": round(t2 - t1, 2),
+                        "counts": round(t3 - t2, 2)}}
 
 
 def tier_counts(good, topic: str, window_ms: int) -> list[dict]:
@@ -151,6 +157,7 @@ def load(spark, config: LoadConfig, wh, load_id: int, ranges: dict) -> dict:
     for topic in sorted(ranges):
         out = load_topic(spark, config, staging, topic, ranges[topic])
         summary["rows"][topic], summary["quarantined"][topic] = out["rows"], out["quarantined"]
+        summary.setdefault("seconds", {})[topic] = out["seconds"]
         events.extend(out["events"])
         faults.point("load.topic_written")
     wh.write_text(f"{staging}/counts.json", json.dumps(events))

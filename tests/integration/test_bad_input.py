@@ -145,3 +145,7 @@ def test_cli_rejects_unknown_and_invalid_config(tmp_path):
     out = subprocess.run([sys.executable, "-m", "logbus.cli", "audit-service", str(tmp_path / "none")],
                          capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 2 and out.stderr.strip().startswith("logbus: config error: cannot read")
+    bad.write_text("bootstrap.servers=127.0.0.1:1\nschema.registry.url=http://127.0.0.1:1\n")
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "load", "--config", str(bad)], capture_output=True,
+                         text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr.strip() == "logbus: config error: warehouse.path is required"

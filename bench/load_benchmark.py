@@ -1,0 +1,170 @@
+"""Warehouse load throughput: the brokers → Parquet load (the ``logbus`` Spark source, Avro decoding, Parquet by
+date/hour, publication) against Spark reading the same records from a local JSON-lines file and writing the same
+Parquet layout, in the same run, on this machine.
+
+Setup: one standalone broker, the schema registry, --messages Avro page views (~100-byte values, 4 partitions)
+produced through the AuditedProducer. Then, with one Spark session (``local[2]``):
+  1. broker load: ``spark_jobs.load.load()`` + ``publish()`` for all partitions (timed: read, decode, write, move);
+  2. file baseline: the same records (decoded fields + metadata) as JSON lines on local disk,
+     ``spark.read.json`` with the schema given → ``partitionBy(date, hour).parquet`` (timed).
+Each side is run --runs times (fresh warehouse each time); medians are reported, MB are the Avro value bytes read
+from the brokers (the same payload count for both sides).
+
+Usage: .venv/bin/python bench/load_benchmark.py [--messages 1000000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "platform"), str(REPO)]
+
+from support import BrokerProcess, RegistryProcess  # noqa: E402
+
+SCHEMA = {"type": "record", "name": "PageView", "namespace": "bench", "fields": [
+    {"name": "member", "type": "long"}, {"name": "page", "type": "string"},
+    {"name": "referrer", "type": ["null", "string"], "default": None}, {"name": "time", "type": "long"},
+    {"name": "agent", "type": "string"}]}
+
+
+def produce(bootstrap: str, registry_url: str, topic: str, n: int) -> int:
+    from audit import AuditedProducer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(SCHEMA))
+    producer = AuditedProducer({"bootstrap.servers": bootstrap, "schema.registry.url": registry_url,
+                                "linger.ms": 20, "batch.size": 1_000_000, "compression.type": "none",
+                                "queue.buffering.max.messages": 1_000_000})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    total = 0
+    now = int(time.time() * 1000)
+    for i in range(n):
+        value = serializer({"member": i, "page": f"/jobs/view/{i % 5000}", "referrer": None if i % 3 else "/feed",
+                            "time": now + i, "agent": "Mozilla/5.0 (X11; Linux x86_64) logbus-bench"}, ctx)
+        total += len(value)
+        while True:
+            try:
+                producer.produce(topic, value, key=str(i % 1000).encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    args = parser.parse_args()
+    from spark_jobs.config import LoadConfig
+    from spark_jobs.load import load, plan, session
+    from spark_jobs.warehouse import Warehouse
+
+    results: dict = {"command": "python bench/load_benchmark.py " + " ".join(sys.argv[1:]), "messages": args.messages,
+                     "runs": args.runs}
+    with tempfile.TemporaryDirectory(prefix="logbus-load-bench-") as work:
+        work = Path(work)
+        broker = BrokerProcess(work / "broker", num_partitions=4).start()
+        registry = RegistryProcess(work / "registry", broker.bootstrap, kafkastore_topic_replication_factor="1").start()
+        spark = None
+        try:
+            t = time.perf_counter()
+            value_bytes = produce(broker.bootstrap, registry.url, "pageviews", args.messages)
+            results["produce_seconds"] = round(time.perf_counter() - t, 2)
+            results["value_bytes"] = value_bytes
+            config = LoadConfig({"bootstrap.servers": broker.bootstrap, "schema.registry.url": registry.url,
+                                 "warehouse.path": str(work / "wh0"), "topics": "pageviews",
+                                 "spark.master": "local[2]", "spark.driver.memory": "4g"})
+            spark = session(config)
+            broker_times, file_times, phases = [], [], []
+            jsonl = work / "pageviews.jsonl"
+            for run in range(args.runs):
+                wh = Warehouse(spark, (work / f"wh{run}").resolve().as_uri())
+                ranges = plan(config, wh.ledger())
+                t = time.perf_counter()
+                summary = load(spark, config, wh, 1, ranges)
+                wh.publish(1, summary)
+                broker_times.append(time.perf_counter() - t)
+                assert summary["rows"]["pageviews"] == args.messages, summary
+                print(f"run {run}: broker load {broker_times[-1]:.1f} s {summary['seconds']}", flush=True)
+                phases.append(summary["seconds"]["pageviews"])
+                if run == 0:  # the baseline's input: the loaded rows, as JSON lines (not timed)
+                    from pyspark.sql import functions as F
+
+                    loaded = spark.read.parquet(wh.path("topic=pageviews"))
+                    (loaded.drop("date", "hour").withColumn("_timestamp", F.col("_timestamp").cast("string"))
+                     .coalesce(1).write.mode("overwrite").json(str(work / "jsonl")))
+                    part = next((work / "jsonl").glob("part-*.json"))
+                    shutil.move(str(part), jsonl)
+                    results["jsonl_bytes"] = jsonl.stat().st_size
+                    schema = loaded.drop("date", "hour").schema
+                t = time.perf_counter()
+                from pyspark.sql import functions as F
+
+                df = spark.read.schema(schema).json(str(jsonl))
+                (df.withColumn("date", F.date_format("_timestamp", "yyyy-MM-dd"))
+                 .withColumn("hour", F.date_format("_timestamp", "HH"))
+                 .write.mode("overwrite").partitionBy("date", "hour").parquet(str(work / f"file{run}")))
+                file_times.append(time.perf_counter() - t)
+                print(f"run {run}: JSON-lines file {file_times[-1]:.1f} s", flush=True)
+        finally:
+            if spark is not None:
+                spark.stop()
+            registry.stop()
+            broker.stop()
+    b, f = statistics.median(broker_times), statistics.median(file_times)
+    mb = value_bytes / 1e6
+    results.update({
+        "broker_seconds": [round(x, 2) for x in broker_times], "file_seconds": [round(x, 2) for x in file_times],
+        "broker_msg_per_s": round(args.messages / b), "broker_mb_per_s": round(mb / b, 2),
+        "file_msg_per_s": round(args.messages / f), "file_mb_per_s": round(mb / f, 2),
+        "ratio_broker_to_file": round(f / b, 3), "broker_phases": phases})
+    out = Path(args.out)
+    (out / "load_benchmark.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "load_benchmark.md").write_text(
+        f"# Warehouse load benchmark\n\nCommand: `{results['command']}` (2-core machine, Spark local[2]).\n\n"
+        f"{args.messages:,} Avro page views ({mb:.1f} MB of Avro values, 4 partitions, one broker); medians of "
+        f"{args.runs} runs.\n\n"
+        "| path | seconds (runs) | msg/s | MB/s (Avro values) |\n|---|---|---|---|\n"
+        f"| brokers → decode → Parquet + publish (`logbus` source) | {b:.1f} "
+        f"({', '.join(map(str, results['broker_seconds']))}) "
+        f"| {results['broker_msg_per_s']:,} | {results['broker_mb_per_s']} |\n"
+        f"| local JSON-lines file → Parquet (`spark.read.json`) | {f:.1f} "
+        f"({', '.join(map(str, results['file_seconds']))}) "
+        f"| {results['file_msg_per_s']:,} | {results['file_mb_per_s']} |\n\n"
+        f"Ratio (broker load throughput / file read throughput): **{results['ratio_broker_to_file']}x**.\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar(["brokers → Parquet\n(logbus source + Avro)", "JSON-lines file → Parquet"],
+           [results["broker_msg_per_s"], results["file_msg_per_s"]], color=["#2b6cb0", "#999999"])
+    ax.set_ylabel("messages / s")
+    ax.set_title(f"Warehouse load, {args.messages:,} records (median of {args.runs})")
+    fig.tight_layout()
+    fig.savefig(out / "load_benchmark.png", dpi=100)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
