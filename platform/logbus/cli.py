@@ -97,6 +97,37 @@ def _load(args: argparse.Namespace) -> int:
     return run_load(args.config)
 
 
+def _demo_traffic(args: argparse.Namespace) -> int:
+    from logbus.traffic import run
+
+    return run(args.bootstrap_server, args.schema_registry_url, args.rate, args.host_name, args.window_ms,
+               args.seconds)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from logbus.local import up
+
+    return up(args.topology, args.state_dir)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from logbus.local import status
+
+    return status(args.state_dir, args.json)
+
+
+def _down(args: argparse.Namespace) -> int:
+    from logbus.local import down
+
+    return down(args.state_dir)
+
+
+def _compose(args: argparse.Namespace) -> int:
+    from logbus.compose import write
+
+    return write(args.topology, args.output, args.config_dir)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from logbus.demo import run_demo
 
@@ -183,6 +214,33 @@ def build_parser() -> argparse.ArgumentParser:
     load = verbs.add_parser("load", help="one warehouse load cycle: plan, load (Spark), count, reconcile")
     load.add_argument("--config", required=True, help="load properties (bootstrap.servers, warehouse.path, ...)")
     load.set_defaults(func=_load)
+
+    traffic = verbs.add_parser("demo-traffic", help="a demo frontend: Avro page views and clicks, audited")
+    traffic.add_argument("--bootstrap-server", required=True)
+    traffic.add_argument("--schema-registry-url", required=True)
+    traffic.add_argument("--rate", type=float, default=100, help="events per second (default 100)")
+    traffic.add_argument("--host-name", default="frontend", help="audit.host of the events")
+    traffic.add_argument("--window-ms", type=int, default=60000, help="audit.window.ms")
+    traffic.add_argument("--seconds", type=float, help="stop after this long (default: until SIGTERM)")
+    traffic.set_defaults(func=_demo_traffic)
+
+    state_help = "where the topology keeps data, configs, logs and pids (default state/topology)"
+    up = verbs.add_parser("up", help="run the two-datacenter topology as local processes (keeps data)")
+    up.add_argument("--topology", help="topology JSON (default topology/default.json)")
+    up.add_argument("--state-dir", default="state/topology", help=state_help)
+    up.set_defaults(func=_up)
+    status = verbs.add_parser("status", help="health of every service of the local topology")
+    status.add_argument("--state-dir", default="state/topology", help=state_help)
+    status.add_argument("--json", action="store_true", help="one JSON document: each service with `healthy`")
+    status.set_defaults(func=_status)
+    down = verbs.add_parser("down", help="stop every service of the local topology (by pid)")
+    down.add_argument("--state-dir", default="state/topology", help=state_help)
+    down.set_defaults(func=_down)
+    compose = verbs.add_parser("compose", help="generate docker-compose.yml and docker/config from the topology")
+    compose.add_argument("--topology", help="topology JSON (default topology/default.json)")
+    compose.add_argument("--output", default="docker-compose.yml")
+    compose.add_argument("--config-dir", default="docker/config")
+    compose.set_defaults(func=_compose)
 
     demo = verbs.add_parser("demo", help="start a local broker, produce and consume demo events, report")
     demo.add_argument("--state-dir", default="state/demo", help="where the broker keeps its logs")

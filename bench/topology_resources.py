@@ -1,0 +1,146 @@
+"""Memory and CPU of the default two-datacenter topology on this machine, under demo load and at idle.
+
+Starts ``logbus up`` (default topology, a temporary state directory), waits --settle seconds, then samples every
+process of the topology (found by the LOGBUS_TOPOLOGY_STATE marker in its environment, children included) for
+--seconds: RSS (sum, per service kind) and CPU (process CPU seconds / wall seconds). Then it stops the demo
+frontends and samples again ("idle": brokers, ZooKeeper, mirror, counters, registry, audit service and Airflow
+running, no traffic). Finally ``logbus down``.
+
+Usage: .venv/bin/python bench/topology_resources.py [--seconds 60] [--settle 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "platform")]
+
+import psutil  # noqa: E402
+from logbus.local import leftovers  # noqa: E402
+
+
+def kind_of(proc: psutil.Process, pid_kinds: dict[int, str]) -> str:
+    try:
+        for p in [proc, *proc.parents()]:
+            if p.pid in pid_kinds:
+                return pid_kinds[p.pid]
+    except psutil.Error:
+        pass
+    return "other"
+
+
+def sample(state: Path, seconds: float) -> dict:
+    pid_kinds = {}
+    for rec in (state / "pids").glob("*.json"):
+        name = rec.stem
+        kind = name.split("-", 1)[1].rstrip("0123456789")
+        pid_kinds[json.loads(rec.read_text())["pid"]] = kind
+    procs = {pid: psutil.Process(pid) for pid in leftovers(state)}
+    cpu0 = {}
+    for pid, p in procs.items():
+        try:
+            t = p.cpu_times()
+            cpu0[pid] = t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    start = time.monotonic()
+    machine0 = psutil.cpu_times()
+    rss_samples = []
+    while time.monotonic() - start < seconds:
+        total, per_kind = 0, defaultdict(int)
+        for pid in leftovers(state):
+            try:
+                p = procs.setdefault(pid, psutil.Process(pid))
+                rss = p.memory_info().rss
+            except psutil.Error:
+                continue
+            total += rss
+            per_kind[kind_of(p, pid_kinds)] += rss
+        rss_samples.append((total, dict(per_kind)))
+        time.sleep(2)
+    wall = time.monotonic() - start
+    machine1 = psutil.cpu_times()
+    busy = sum(getattr(machine1, f) - getattr(machine0, f) for f in ("user", "system", "nice", "irq", "softirq"))
+    cpu = defaultdict(float)
+    for pid, p in procs.items():
+        try:
+            t = p.cpu_times()
+            used = t.user + t.system + t.children_user + t.children_system - cpu0.get(pid, 0.0)
+        except psutil.Error:
+            continue
+        cpu[kind_of(p, pid_kinds)] += used
+    peak = max(rss_samples, key=lambda s: s[0])
+    return {"seconds": round(wall, 1), "processes": len(procs),
+            "rss_mb_mean": round(sum(s[0] for s in rss_samples) / len(rss_samples) / 2**20),
+            "rss_mb_peak": round(peak[0] / 2**20),
+            "rss_mb_by_kind_at_peak": {k: round(v / 2**20) for k, v in sorted(peak[1].items())},
+            "cpu_percent_of_one_core": round(100 * sum(cpu.values()) / wall, 1),
+            "machine_cpu_percent_of_one_core": round(100 * busy / wall, 1),
+            "cpu_percent_by_kind": {k: round(100 * v / wall, 1) for k, v in sorted(cpu.items())}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--settle", type=float, default=30)
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    args = parser.parse_args()
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    logbus = [sys.executable, "-m", "logbus.cli"]
+    results: dict = {"command": "python bench/topology_resources.py " + " ".join(sys.argv[1:]),
+                     "machine": {"cores": psutil.cpu_count(),
+                                 "memory_gb": round(psutil.virtual_memory().total / 2**30, 1)}}
+    with tempfile.TemporaryDirectory(prefix="logbus-topology-") as tmp:
+        state = Path(tmp) / "state"
+        try:
+            t = time.monotonic()
+            out = subprocess.run([*logbus, "up", "--state-dir", str(state)], env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                print(out.stdout, out.stderr)
+                return 1
+            results["up_seconds"] = round(time.monotonic() - t, 1)
+            time.sleep(args.settle)
+            results["demo_load"] = sample(state, args.seconds)
+            print("demo load:", json.dumps(results["demo_load"]), flush=True)
+            for rec in (state / "pids").glob("*frontend*.json"):
+                os.killpg(json.loads(rec.read_text())["pid"], signal.SIGTERM)
+            time.sleep(10)
+            results["idle"] = sample(state, args.seconds)
+            print("idle:", json.dumps(results["idle"]), flush=True)
+        finally:
+            subprocess.run([*logbus, "down", "--state-dir", str(state)], env=env, capture_output=True, text=True)
+    out_dir = Path(args.out)
+    (out_dir / "topology_resources.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = ["# Resources of the default topology", "",
+             f"Command: `{results['command']}` on {results['machine']['cores']} cores, "
+             f"{results['machine']['memory_gb']} GiB. `logbus up` took {results['up_seconds']} s.", "",
+             "CPU: of the topology's processes alive at the end of the window (short-lived Airflow task processes and",
+             "their Spark JVMs are missed), and of the whole machine (nothing else runs; this catches them).", "",
+             "| phase | processes | RSS mean (MB) | RSS peak (MB) | CPU, processes (% of one core) "
+             "| CPU, machine (% of one core) |", "|---|---|---|---|---|---|"]
+    for phase in ("demo_load", "idle"):
+        r = results[phase]
+        lines.append(f"| {phase.replace('_', ' ')} | {r['processes']} | {r['rss_mb_mean']} | {r['rss_mb_peak']} | "
+                     f"{r['cpu_percent_of_one_core']} | {r['machine_cpu_percent_of_one_core']} |")
+    for phase in ("demo_load", "idle"):
+        r = results[phase]
+        lines += ["", f"{phase.replace('_', ' ')} by service kind: RSS MB at peak "
+                  + ", ".join(f"{k} {v}" for k, v in r["rss_mb_by_kind_at_peak"].items())
+                  + "; CPU % " + ", ".join(f"{k} {v}" for k, v in r["cpu_percent_by_kind"].items()) + "."]
+    (out_dir / "topology_resources.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

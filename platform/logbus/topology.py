@@ -1,0 +1,220 @@
+"""The reference topology: one definition (``topology/default.json``) from which both ways to run it come —
+local processes (``logbus up``, each "host" on its own loopback address) and ``docker-compose.yml`` (each host a
+container). :func:`services` expands the definition into services with their commands, config files, health
+checks and dependencies for a target: ``local`` (addresses 127.0.x.y, files under the state directory) or
+``compose`` (container hostnames, configs under /etc/logbus, data under /var/lib/logbus).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "topology" / "default.json"
+# the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
+OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "audit": 40, "airflow": 50, "frontend": 100}
+
+
+class TopologyError(ValueError):
+    pass
+
+
+@dataclass
+class Service:
+    name: str
+    datacenter: str
+    kind: str
+    host: str                      # loopback address (local) or container hostname (compose)
+    argv: list[str]                # logbus CLI arguments after the program (or a full command for airflow)
+    files: dict[str, str] = field(default_factory=dict)   # config files: name relative to the config dir
+    env: dict[str, str] = field(default_factory=dict)
+    depends_on: list[str] = field(default_factory=list)
+    health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("alive",)
+    port: int | None = None        # the port users connect to, if any
+    url: str | None = None         # printed by `logbus up` (http services)
+    program: str = "logbus"        # "logbus" (the CLI) or "airflow"
+
+
+def load(path: str | Path | None = None) -> dict:
+    path = Path(path) if path else DEFAULT
+    try:
+        topo = json.loads(path.read_text())
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise TopologyError(f"topology {path} is not valid JSON: {exc}") from None
+    for key in ("datacenters", "ports"):
+        if key not in topo:
+            raise TopologyError(f"topology {path}: missing {key!r}")
+    return topo
+
+
+class _Names:
+    """Addresses and paths for one target."""
+
+    def __init__(self, topo: dict, target: str, state_dir: Path | None):
+        self.topo, self.target = topo, target
+        self.state = Path(state_dir).resolve() if state_dir else None
+
+    def host(self, dc: str, role: str, index: int = 0) -> str:
+        if self.target == "compose":
+            return f"{dc}-{role}{index or ''}"
+        network = self.topo["datacenters"][dc]["network"]
+        octet = index if role == "broker" else OCTETS[role] + index
+        return f"{network}.{octet}"
+
+    def port(self, kind: str, dc: str | None = None) -> int:
+        ports = self.topo["ports"]
+        specific = ports.get(f"{dc}.{kind}") if dc else None
+        return int(specific or ports[kind])
+
+    def config_dir(self, service: str) -> str:
+        return f"/etc/logbus/{service}" if self.target == "compose" else str(self.state / service)
+
+    def data_dir(self, service: str) -> str:
+        return f"/var/lib/logbus/{service}" if self.target == "compose" else str(self.state / service / "data")
+
+    def repo(self) -> str:
+        return "/opt/logbus" if self.target == "compose" else str(REPO)
+
+
+def _props(values: dict) -> str:
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+def services(topo: dict, target: str = "local", state_dir: Path | None = None) -> list[Service]:
+    if target not in ("local", "compose"):
+        raise TopologyError(f"unknown target {target!r}")
+    n = _Names(topo, target, state_dir)
+    out: list[Service] = []
+    dcs = topo["datacenters"]
+    window = int(topo.get("audit_window_ms", 60000))
+    bootstrap = {dc: ",".join(f"{n.host(dc, 'broker', i)}:{n.port('broker', dc)}"
+                              for i in range(1, int(spec.get("brokers", 1)) + 1)) for dc, spec in dcs.items()}
+    primary = next((dc for dc, spec in dcs.items() if spec.get("registry") == "primary"), None)
+    registry_url = (f"http://{n.host(primary, 'registry')}:{n.port('registry', primary)}" if primary else None)
+    for dc, spec in dcs.items():
+        zk_name = f"{dc}-zookeeper"
+        zk = f"{n.host(dc, 'zookeeper')}:{n.port('zookeeper', dc)}"
+        if spec.get("zookeeper", True):
+            out.append(Service(zk_name, dc, "zookeeper", n.host(dc, "zookeeper"),
+                               ["zookeeper", "--data-dir", n.data_dir(zk_name), "--host",
+                                "0.0.0.0" if target == "compose" else n.host(dc, "zookeeper"),
+                                "--port", str(n.port("zookeeper", dc))],
+                               health=("tcp", n.port("zookeeper", dc)), port=n.port("zookeeper", dc)))
+        brokers = int(spec.get("brokers", 1))
+        for i in range(1, brokers + 1):
+            name = f"{dc}-broker{i}"
+            host = n.host(dc, "broker", i)
+            listen = "0.0.0.0" if target == "compose" else host
+            config = {"broker.id": i, "listeners": f"PLAINTEXT://{listen}:{n.port('broker', dc)}",
+                      "advertised.listeners": f"PLAINTEXT://{host}:{n.port('broker', dc)}",
+                      "log.dirs": n.data_dir(name), "zookeeper.connect": f"{zk}/{dc}",
+                      "num.partitions": spec.get("partitions", 3),
+                      "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
+                      "group.initial.rebalance.delay.ms": 0, "zookeeper.session.timeout.ms": 6000,
+                      **spec.get("broker_config", {})}
+            out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
+                               files={"server.properties": _props(config)}, depends_on=[zk_name],
+                               health=("tcp", n.port("broker", dc)), port=n.port("broker", dc)))
+        broker_names = [f"{dc}-broker{i}" for i in range(1, brokers + 1)]
+        role = spec.get("registry")
+        if role:
+            name = f"{dc}-registry"
+            host, port = n.host(dc, "registry"), n.port("registry", dc)
+            store_dc = dc if role == "primary" else primary  # a read-only follower reads the primary's _schemas
+            config = {"listeners": f"http://{'0.0.0.0' if target == 'compose' else host}:{port}",
+                      "kafkastore.bootstrap.servers": bootstrap[store_dc],
+                      "kafkastore.topic.replication.factor": min(3, int(dcs[store_dc].get("brokers", 1))),
+                      "mode": "READWRITE" if role == "primary" else "READONLY", "host.name": host}
+            deps = [f"{store_dc}-broker{i}" for i in range(1, int(dcs[store_dc].get("brokers", 1)) + 1)]
+            if role != "primary":
+                deps.append(f"{primary}-registry")
+            out.append(Service(name, dc, "registry", host, ["schema-registry",
+                                                             f"{n.config_dir(name)}/registry.properties"],
+                               files={"registry.properties": _props(config)}, depends_on=deps,
+                               health=("http", port, "/subjects"), port=port, url=f"http://{host}:{port}"))
+        for source in spec.get("mirror_from", []):
+            if source not in dcs:
+                raise TopologyError(f"{dc}: mirror_from names an unknown datacenter {source!r}")
+            name = f"{dc}-mirror-{source}"
+            out.append(Service(name, dc, "mirror", n.host(dc, "mirror"), [
+                "mirror", "--consumer.config", f"{n.config_dir(name)}/consumer.properties",
+                "--producer.config", f"{n.config_dir(name)}/producer.properties", "--whitelist", ".*",
+                "--source-name", source, "--stats-file", f"{n.data_dir(name)}/stats.json"],
+                # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
+                files={"consumer.properties": _props({"bootstrap.servers": bootstrap[source],
+                                                      "group.id": f"mirror-{dc}", "session.timeout.ms": 10000}),
+                       "producer.properties": _props({"bootstrap.servers": bootstrap[dc]})},
+                depends_on=broker_names + [f"{source}-broker{i}"
+                                           for i in range(1, int(dcs[source].get("brokers", 1)) + 1)]))
+        if spec.get("counter") and registry_url:
+            name = f"{dc}-audit-counter"
+            out.append(Service(name, dc, "counter", n.host(dc, "counter"), [
+                "audit-counter", "--tier", dc, "--consumer.config", f"{n.config_dir(name)}/consumer.properties",
+                "--whitelist", ".*", "--schema-registry-url", registry_url, "--window-ms", str(window),
+                "--emit-interval-ms", str(topo.get("audit_emit_interval_ms", 5000))],
+                files={"consumer.properties": _props({"bootstrap.servers": bootstrap[dc]})},
+                depends_on=broker_names + [f"{primary}-registry"]))
+        for i in range(1, int(spec.get("frontends", 0)) + 1):
+            name = f"{dc}-frontend{i}"
+            demo = topo.get("demo", {})
+            out.append(Service(name, dc, "frontend", n.host(dc, "frontend", i), [
+                "demo-traffic", "--bootstrap-server", bootstrap[dc], "--schema-registry-url", registry_url,
+                "--rate", str(demo.get("rate", 100)), "--host-name", name, "--window-ms", str(window)],
+                depends_on=broker_names + [f"{primary}-registry"]))
+    grace = int(topo.get("audit_grace_ms", 2 * window))
+    audit_clusters = {dc: bootstrap[dc] for dc, spec in dcs.items() if spec.get("counter")}
+    tiers = ",".join(audit_clusters)
+    for dc, spec in dcs.items():
+        if spec.get("audit_service"):
+            name = f"{dc}-audit-service"
+            host, port = n.host(dc, "audit"), n.port("audit", dc)
+            config = {"listeners": f"http://{'0.0.0.0' if target == 'compose' else host}:{port}",
+                      "schema.registry.url": registry_url, "audit.tiers": tiers, "audit.grace.ms": grace,
+                      **{f"audit.cluster.{c}.bootstrap.servers": b for c, b in audit_clusters.items()}}
+            out.append(Service(name, dc, "audit", host, ["audit-service", f"{n.config_dir(name)}/audit.properties"],
+                               files={"audit.properties": _props(config)},
+                               depends_on=[f"{c}-broker1" for c in audit_clusters] + [f"{primary}-registry"],
+                               health=("http", port, "/api/status"), port=port, url=f"http://{host}:{port}"))
+        if spec.get("airflow"):
+            name = f"{dc}-airflow"
+            host, port = n.host(dc, "airflow"), n.port("airflow", dc)
+            data = n.data_dir(name)
+            load = {"bootstrap.servers": bootstrap[dc], "schema.registry.url": registry_url,
+                    "warehouse.path": f"{data}/warehouse", "spark.master": "local[2]",
+                    "audit.window.ms": window, "audit.grace.ms": grace, "audit.tiers": f"{tiers},warehouse",
+                    **{f"audit.cluster.{c}.bootstrap.servers": b for c, b in audit_clusters.items()}}
+            env = {"AIRFLOW_HOME": f"{data}/home", "AIRFLOW__CORE__DAGS_FOLDER": f"{n.repo()}/dags",
+                   "AIRFLOW__CORE__PLUGINS_FOLDER": f"{n.repo()}/airflow_plugins",
+                   "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                   "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "2",
+                   "AIRFLOW__API__HOST": "0.0.0.0" if target == "compose" else host, "AIRFLOW__API__PORT": str(port),
+                   "AIRFLOW__API__BASE_URL": f"http://{'127.0.0.1' if target == 'compose' else host}:{port}",
+                   "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                   # local: `logbus up` writes it (random password); compose: Airflow generates it in the volume
+                   "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE":
+                       f"{data if target == 'compose' else n.config_dir(name)}/passwords.json",
+                   "LOGBUS_LOAD_CONFIG": f"{n.config_dir(name)}/load.properties",
+                   "LOGBUS_LOAD_SCHEDULE": topo.get("load_schedule", "@hourly")}
+            out.append(Service(name, dc, "airflow", host, ["standalone"], files={"load.properties": _props(load)},
+                               env=env, depends_on=broker_names + [f"{primary}-registry"],
+                               health=("http", port, "/api/v2/monitor/health"), port=port,
+                               url=f"http://{host}:{port}", program="airflow"))
+    names = {s.name for s in out}
+    for s in out:
+        missing = [d for d in s.depends_on if d not in names]
+        if missing:
+            raise TopologyError(f"{s.name} depends on {missing[0]}, which the topology does not define")
+    return out
+
+
+def command(service: Service, target: str = "local") -> list[str]:
+    if target == "compose":
+        return [service.program, *service.argv]
+    if service.program == "airflow":
+        return [str(Path(sys.executable).parent / "airflow"), *service.argv]
+    return [sys.executable, "-m", "logbus.cli", *service.argv]
