@@ -257,6 +257,8 @@ STOP_ORDER = ("frontend", "airflow", "audit", "counter", "mirror", "registry", "
 def down(state_dir: str, timeout: float = 45) -> int:
     state = State(state_dir)
     try:
+        if not (state.dir / "topology.json").exists():
+            raise TopologyError(f"no topology in {state.dir} (nothing was started with this --state-dir)")
         svcs = services(state.topology(), "local", state.dir)
     except TopologyError as exc:
         print(f"logbus: {exc}", file=sys.stderr)

@@ -149,3 +149,13 @@ def test_cli_rejects_unknown_and_invalid_config(tmp_path):
     out = subprocess.run([sys.executable, "-m", "logbus.cli", "load", "--config", str(bad)], capture_output=True,
                          text=True, timeout=30, env=env)
     assert out.returncode == 2 and out.stderr.strip() == "logbus: config error: warehouse.path is required"
+    bad.write_text("{not json")
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "up", "--topology", str(bad), "--state-dir",
+                          str(tmp_path / "st")], capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr.startswith("logbus: topology ") and "not valid JSON" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "status", "--state-dir", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr.strip().startswith("logbus: no topology in")
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "down", "--state-dir", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr.strip().startswith("logbus: no topology in")
