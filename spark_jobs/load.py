@@ -86,23 +86,17 @@ def load_topic(spark, config: LoadConfig, staging: str, topic: str, ranges: dict
     """Read, decode and write one topic's ranges into ``staging``; returns rows, quarantined and count events."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    from spark_jobs.decode import ERROR, META, Decoder, table_schema
+    from spark_jobs.decode import ERROR, META
 
     reader = _reader_schema(config.registry_url, topic)
-    schema = table_schema(reader)
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    registry_url = config.registry_url
-
-    def decode(batches):
-        yield from Decoder(registry_url, reader).batches(batches, arrow_schema)
-
     df = (spark.read.format("logbus").option("bootstrap.servers", config.bootstrap).option("subscribe", topic)
           .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
           .option("endingOffsets", json.dumps({topic: {p: r[1] for p, r in ranges.items()}}))
-          .option("maxRecordsPerPartition", str(config.max_records_per_partition)).load())
-    decoded = df.mapInArrow(decode, schema).persist(StorageLevel.MEMORY_AND_DISK)
+          .option("maxRecordsPerPartition", str(config.max_records_per_partition))
+          .option("valueFormat", "confluent-avro").option("schema.registry.url", config.registry_url)
+          .option("valueSchema", json.dumps(reader)).load())
+    decoded = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         dated = (decoded.withColumn("date", F.date_format("_timestamp", "yyyy-MM-dd"))
                  .withColumn("hour", F.date_format("_timestamp", "HH")))

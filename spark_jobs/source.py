@@ -63,7 +63,8 @@ class Range(InputPartition):
 
 
 OPTION_NAMES = ("bootstrap.servers", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
-                "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix")
+                "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix", "valueFormat", "valueSchema",
+                "schema.registry.url")
 
 
 def normalize(options) -> dict:
@@ -152,7 +153,12 @@ class LogbusDataSource(DataSource):
         return "logbus"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        decode = _decoding(normalize(self.options))
+        if decode is None:
+            return SCHEMA
+        from spark_jobs.decode import table_schema
+
+        return table_schema(decode[1])
 
     def reader(self, schema: StructType) -> "LogbusReader":
         return LogbusReader(self.options)
@@ -167,6 +173,7 @@ class LogbusReader(DataSourceReader):
             self.max_records = int(options.get("maxRecordsPerPartition", 1_000_000))
         except ValueError:
             raise SourceError("maxRecordsPerPartition must be an integer") from None
+        self.decode = _decoding(options)
 
     def partitions(self) -> list[Range]:
         marks = _Watermarks(self.conf)
@@ -183,8 +190,35 @@ class LogbusReader(DataSourceReader):
     def read(self, partition: Range):
         if partition.until <= partition.start:
             return
-        yield from read_range(self.conf, partition.topic, partition.partition, partition.start, partition.until,
-                              self.headers)
+        batches = read_range(self.conf, partition.topic, partition.partition, partition.start, partition.until,
+                             self.headers or self.decode is not None)
+        if self.decode is None:
+            yield from batches
+            return
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from spark_jobs.decode import Decoder, table_schema
+
+        registry_url, reader_schema = self.decode
+        arrow_schema = to_arrow_schema(table_schema(reader_schema), timezone="UTC")
+        yield from Decoder(registry_url, reader_schema).batches(batches, arrow_schema)
+
+
+def _decoding(options: dict) -> tuple[str, dict | None] | None:
+    """``valueFormat=confluent-avro`` (with ``schema.registry.url`` and the reader schema as ``valueSchema`` JSON,
+    ``null`` when the subject has none): decode in ``read()`` and output the warehouse columns of
+    :func:`spark_jobs.decode.table_schema` instead of the raw record columns — one Python hop instead of two."""
+    fmt = options.get("valueFormat")
+    if fmt in (None, "", "binary"):
+        return None
+    if fmt != "confluent-avro":
+        raise SourceError(f"valueFormat must be binary or confluent-avro, got {fmt!r}")
+    if not options.get("schema.registry.url"):
+        raise SourceError("valueFormat=confluent-avro needs the option schema.registry.url")
+    try:
+        return options["schema.registry.url"], json.loads(options.get("valueSchema") or "null")
+    except ValueError:
+        raise SourceError("valueSchema must be the reader schema as JSON") from None
 
 
 def read_range(conf: dict, topic: str, partition: int, start: int, until: int, headers: bool = True):

@@ -4,7 +4,7 @@ import pytest
 
 from spark_jobs.config import LoadConfig, LoadConfigError
 from spark_jobs.decode import avro_to_spark, table_schema
-from spark_jobs.source import SourceError, normalize, parse_offsets, plan_ranges
+from spark_jobs.source import SourceError, _decoding, normalize, parse_offsets, plan_ranges
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +70,18 @@ def test_avro_schemas_become_spark_columns():
     cols = [f.name for f in table_schema(schema).fields]
     assert cols[:8] == ["id", "ref", "either", "at", "kind", "tags", "inner", "again"]
     assert {"_partition", "_offset", "_producer", "_seq", "_error", "_value"} <= set(cols)
+
+
+def test_value_format_options():
+    assert _decoding({}) is None and _decoding({"valueFormat": "binary"}) is None
+    assert _decoding({"valueFormat": "confluent-avro", "schema.registry.url": "http://r",
+                      "valueSchema": '{"type": "string"}'}) == ("http://r", {"type": "string"})
+    assert _decoding({"valueFormat": "confluent-avro", "schema.registry.url": "http://r", "valueSchema": "null"}) == (
+        "http://r", None)
+    for options, message in (({"valueFormat": "json"}, "binary or confluent-avro"),
+                             ({"valueFormat": "confluent-avro"}, "schema.registry.url"),
+                             ({"valueFormat": "confluent-avro", "schema.registry.url": "r", "valueSchema": "{"},
+                              "valueSchema")):
+        with pytest.raises(SourceError, match=message):
+            _decoding(options)
+    assert normalize({"valueformat": "confluent-avro"}) == {"valueFormat": "confluent-avro"}
