@@ -98,7 +98,7 @@ def table_schema(reader_schema: dict | None) -> StructType:
 
 
 class Decoder:
-    """Runs inside ``mapInArrow``: one per task, registry lookups cached per schema id."""
+    """Runs inside the source's ``read()`` (one per task); registry lookups cached per schema id."""
 
     def __init__(self, registry_url: str, reader_schema: dict | None):
         from confluent_kafka.schema_registry import SchemaRegistryClient
