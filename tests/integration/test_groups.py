@@ -100,13 +100,19 @@ def test_three_consumers_share_partitions_and_survive_a_kill(cluster, tmp_path):
         lines = read_lines(outs)
         seen = Counter((p, o) for p, o, _ in lines)
         duplicates = sorted((p, o) for (p, o), n in seen.items() if n > 1)
-        # at-least-once: a partition that changed hands is re-read from its last commit, nothing earlier: the
-        # killed member's partitions from the offset committed before the kill; any partition only over one
-        # contiguous run no longer than the commit interval (members commit every 100 messages)
-        assert all(o >= committed[p] for p, o in duplicates if p in victim_parts), duplicates[:10]
+        # at-least-once: a partition that changed hands is re-read from its last commit, nothing earlier, in one
+        # contiguous run; a killed member's partitions are re-read at most up to what it had consumed. (Members
+        # commit every 100 messages, but a commit that fails during a rebalance is only covered by the next one,
+        # so a run can be longer than 100 on a loaded machine.)
+        victim_max: dict[int, int] = {}
+        for p, o, _ in read_lines([outs[victim]]):
+            victim_max[p] = max(victim_max.get(p, -1), o)
         for p in {p for p, _ in duplicates}:
             run = [o for q, o in duplicates if q == p]
-            assert run == list(range(run[0], run[0] + len(run))) and len(run) <= 100, (p, run[:5], len(run))
+            assert run == list(range(run[0], run[0] + len(run))), (p, run[:5], len(run))
+            assert run[0] >= committed[p], (p, run[0], committed[p])
+            if p in victim_parts:
+                assert run[-1] <= victim_max[p], (p, run[-1], victim_max[p])
         print(f"consumed {len(lines)} lines for 60,000 messages, {len(duplicates)} duplicates after the kill")
     finally:
         for w in workers:
