@@ -197,31 +197,36 @@ class ClusterReader(threading.Thread):
         return False
 
 
+def read_to_end(bootstrap: str, topic: str, group_id: str, timeout_s: float = 60):
+    """Every record of ``topic`` from each partition's log start to its high watermark at the time it is reached
+    (a TimeoutError if the broker stops delivering before that); no topic, no records."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(timeout=20).topics.get(topic)  # naming no topic: never auto-creates it
+        for p in (md.partitions if md else ()):
+            position, end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + timeout_s
+            while position < end:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{bootstrap}: {topic}[{p}] not read to {end} within {timeout_s}s")
+                for m in consumer.consume(1000, timeout=1):
+                    if not m.error():
+                        position = m.offset() + 1
+                        yield m
+    finally:
+        consumer.close()
+
+
 def read_once(clusters: dict[str, str], registry_url: str, topic: str = AUDIT_TOPIC,
               timeout_s: float = 60) -> AuditStore:
     """Everything in ``topic`` of each cluster up to its high watermarks now, for batch jobs (the loads'
     reconcile step); malformed records are counted in the store, never fatal."""
     store, decoder = AuditStore(), AuditDecoder(registry_url)
     for name, bootstrap in clusters.items():
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"logbus-audit-batch-{name}",
-                             "enable.auto.commit": False})
-        try:
-            md = consumer.list_topics(timeout=20).topics.get(topic)
-            for p in (md.partitions if md else ()):
-                end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)[1]
-                consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
-                position, deadline = 0, time.monotonic() + timeout_s
-                while position < end:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{name}: {topic}[{p}] not read to {end} within {timeout_s}s")
-                    for m in consumer.consume(1000, timeout=1):
-                        if m.error():
-                            continue
-                        position = m.offset() + 1
-                        try:
-                            store.add(decoder.decode(m.value()))
-                        except Malformed as exc:
-                            store.count_malformed(exc.reason)
-        finally:
-            consumer.close()
+        for m in read_to_end(bootstrap, topic, f"logbus-audit-batch-{name}", timeout_s):
+            try:
+                store.add(decoder.decode(m.value()))
+            except Malformed as exc:
+                store.count_malformed(exc.reason)
     return store

@@ -19,9 +19,10 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from audit.collector import AuditDecoder, Malformed, read_to_end
 from audit.events import (
     AUDIT_TOPIC,
     HOST_HEADER,
@@ -32,9 +33,9 @@ from audit.events import (
     window_of,
 )
 from audit.ranges import RangeSet
+from audit.reconcile import ROUND
 
 log = logging.getLogger(__name__)
-ROUND = "__round__"
 
 
 class TierCounter:
@@ -46,9 +47,8 @@ class TierCounter:
         self.whitelist = re.compile(whitelist)
         self.window_ms = window_ms
         self.emit_interval = emit_interval_ms / 1000
-        registry = SchemaRegistryClient({"url": registry_url})
-        self.serializer = AvroSerializer(registry, SCHEMA_STR)
-        self.deserializer = AvroDeserializer(registry)
+        self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), SCHEMA_STR)
+        self.decoder = AuditDecoder(registry_url)
         self.audit_bootstrap = audit_bootstrap or self.bootstrap
         self.producer = Producer({"bootstrap.servers": self.audit_bootstrap, "acks": "all",
                                   "enable.idempotence": True})
@@ -59,33 +59,20 @@ class TierCounter:
 
     # ---- recovery -----------------------------------------------------------------------------------------------
     def recover(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.audit_bootstrap, "group.id": "logbus-audit-recover",
-                            "enable.auto.commit": False})
-        try:
-            md = consumer.list_topics(timeout=20).topics.get(AUDIT_TOPIC)
-            if md is None:
-                return
-            snapshots, last_round = [], None
-            for p in md.partitions:
-                end = consumer.get_watermark_offsets(TopicPartition(AUDIT_TOPIC, p), timeout=20)[1]
-                consumer.assign([TopicPartition(AUDIT_TOPIC, p, OFFSET_BEGINNING)])
-                read = 0
-                while read < end:
-                    msgs = consumer.consume(1000, timeout=5)
-                    if not msgs:
-                        break
-                    for m in msgs:
-                        read = m.offset() + 1
-                        event = self._decode(m.value())
-                        if event is None or event["kind"] != "TIER" or event["tier"] != self.tier:
-                            continue
-                        if event["producer_id"] == ROUND:
-                            if last_round is None or event["emitted_at"] >= last_round["emitted_at"]:
-                                last_round = event
-                        else:
-                            snapshots.append(event)
-        finally:
-            consumer.close()
+        snapshots, last_round = [], None
+        for m in read_to_end(self.audit_bootstrap, AUDIT_TOPIC, "logbus-audit-recover"):
+            try:
+                event = self.decoder.decode(m.value())
+            except Malformed:  # garbage, unknown schema id, ...: counted, never fatal
+                self.malformed += 1
+                continue
+            if event["kind"] != "TIER" or event["tier"] != self.tier:
+                continue
+            if event["producer_id"] == ROUND:
+                if last_round is None or event["emitted_at"] >= last_round["emitted_at"]:
+                    last_round = event
+            else:
+                snapshots.append(event)
         if last_round is None:
             return
         for e in sorted(snapshots, key=lambda e: e["emitted_at"]):
@@ -97,13 +84,6 @@ class TierCounter:
             self.positions[(topics[r["first"]], r["partition"])] = r["last"] + 1
         log.info("tier %s: recovered %d count(s) and %d position(s)", self.tier, len(self.counts),
                  len(self.positions))
-
-    def _decode(self, data: bytes | None) -> dict | None:
-        try:
-            return self.deserializer(data, SerializationContext(AUDIT_TOPIC, MessageField.VALUE))
-        except Exception:  # garbage, unknown schema id, ...: counted, never fatal
-            self.malformed += 1
-            return None
 
     # ---- counting -------------------------------------------------------------------------------------------------
     def run(self, stop=lambda: False) -> None:
