@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from audit.collector import split_clusters
+
 KNOWN = {"bootstrap.servers", "schema.registry.url", "warehouse.path", "topics", "topics.pattern",
          "load.max.records.per.partition", "audit.window.ms", "audit.grace.ms", "audit.tiers"}
-CLUSTER = re.compile(r"audit\.cluster\.([A-Za-z0-9_.-]+?)\.bootstrap\.servers")
 
 
 class LoadConfigError(ValueError):
@@ -29,13 +30,10 @@ class LoadConfigError(ValueError):
 class LoadConfig:
     def __init__(self, values: dict[str, str]):
         self.spark = {k: v for k, v in values.items() if k.startswith("spark.") and k != "spark.master"}
-        self.audit_clusters = {}
-        for key, value in values.items():
-            m = CLUSTER.fullmatch(key)
-            if m:
-                self.audit_clusters[m.group(1)] = value
-            elif key not in KNOWN and not key.startswith("spark."):
-                raise LoadConfigError(f"unknown config key {key!r}")
+        self.audit_clusters, rest = split_clusters(values)
+        unknown = [key for key in rest if key not in KNOWN and not key.startswith("spark.")]
+        if unknown:
+            raise LoadConfigError(f"unknown config key {unknown[0]!r}")
         for key in ("bootstrap.servers", "schema.registry.url", "warehouse.path"):
             if not values.get(key):
                 raise LoadConfigError(f"{key} is required")

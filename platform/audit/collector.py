@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import struct
 import threading
 import time
@@ -30,6 +31,21 @@ from audit.reconcile import PRODUCED, ROUND
 
 log = logging.getLogger(__name__)
 READER_SCHEMA = fastavro.parse_schema(SCHEMA)
+
+
+CLUSTER_KEY = re.compile(r"audit\.cluster\.([A-Za-z0-9_.-]+?)\.bootstrap\.servers")
+
+
+def split_clusters(values: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``audit.cluster.<name>.bootstrap.servers`` settings as {name: bootstrap}, and the other settings."""
+    clusters, rest = {}, {}
+    for key, value in values.items():
+        m = CLUSTER_KEY.fullmatch(key)
+        if m:
+            clusters[m.group(1)] = value
+        else:
+            rest[key] = value
+    return clusters, rest
 
 
 class Malformed(Exception):

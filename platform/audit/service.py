@@ -28,12 +28,11 @@ from urllib.parse import urlparse
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from audit.collector import AuditDecoder, AuditStore, ClusterReader
+from audit.collector import AuditDecoder, AuditStore, ClusterReader, split_clusters
 from audit.reconcile import reconcile
 from audit.render import completeness_plot_png, render_page, tier_order
 
 log = logging.getLogger(__name__)
-CLUSTER_KEY = re.compile(r"audit\.cluster\.([A-Za-z0-9_.-]+?)\.bootstrap\.servers")
 DEFAULTS = {"listeners": "http://127.0.0.1:8090", "schema.registry.url": None, "audit.tiers": "",
             "audit.grace.ms": "60000", "audit.topic": "_audit"}
 
@@ -44,13 +43,10 @@ class ServiceConfigError(ValueError):
 
 class ServiceConfig:
     def __init__(self, values: dict[str, str]):
-        clusters = {}
-        for key, value in values.items():
-            m = CLUSTER_KEY.fullmatch(key)
-            if m:
-                clusters[m.group(1)] = value
-            elif key not in DEFAULTS:
-                raise ServiceConfigError(f"unknown config key {key!r}")
+        clusters, rest = split_clusters(values)
+        unknown = [key for key in rest if key not in DEFAULTS]
+        if unknown:
+            raise ServiceConfigError(f"unknown config key {unknown[0]!r}")
         if not clusters:
             raise ServiceConfigError("at least one audit.cluster.<name>.bootstrap.servers is required")
         merged = {k: values.get(k, v) for k, v in DEFAULTS.items()}
