@@ -42,55 +42,22 @@ def _with_spark(fn):
 
 
 def plan_step() -> dict:
-    from spark_jobs.load import plan
-    from spark_jobs.warehouse import Warehouse
+    from spark_jobs import load as cycle
 
-    def run(config, spark):
-        wh = Warehouse(spark, config.warehouse)
-        for line in wh.recover():
-            print(f"recovery: {line}")
-        ledger = wh.ledger()
-        ranges = plan(config, ledger)
-        print(f"plan: load {ledger['load_id'] + 1}: {ranges or 'nothing new'}")
-        return {"load_id": ledger["load_id"] + 1, "ranges": ranges}
-
-    return _with_spark(run)
+    return _with_spark(lambda config, spark: cycle.plan_step(spark, config))
 
 
 def load_step(planned: dict) -> dict:
-    from spark_jobs.load import load
-    from spark_jobs.warehouse import Warehouse
+    from spark_jobs import load as cycle
 
-    def run(config, spark):
-        wh = Warehouse(spark, config.warehouse)
-        for line in wh.recover():
-            print(f"recovery: {line}")
-        load_id, ranges = planned["load_id"], planned["ranges"]
-        if not ranges:
-            return {"load_id": load_id, "rows": {}, "quarantined": {}, "skipped": "nothing to load"}
-        if wh.ledger()["load_id"] >= load_id:  # an earlier try published it and died afterwards
-            return {"load_id": load_id, "skipped": "already published"}
-        summary = load(spark, config, wh, load_id, ranges)
-        wh.publish(load_id, summary)
-        print(f"load {load_id}: published {summary['rows']} rows, {summary['quarantined']} quarantined")
-        return {"load_id": load_id, "rows": summary["rows"], "quarantined": summary["quarantined"]}
-
-    return _with_spark(run)
+    return _with_spark(lambda config, spark: cycle.load_step(spark, config, planned))
 
 
 def reconcile_step() -> dict:
-    from spark_jobs.load import reconcile_report
-    from spark_jobs.warehouse import Warehouse
+    from spark_jobs import load as cycle
 
-    def run(config, spark):
-        report = reconcile_report(spark, config, Warehouse(spark, config.warehouse))
-        statuses: dict[str, int] = {}
-        for r in report["rows"]:
-            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-        print(f"audit report: {len(report['rows'])} rows {statuses}")
-        return {"rows": len(report["rows"]), "statuses": statuses}
-
-    return _with_spark(run)
+    report = _with_spark(lambda config, spark: cycle.reconcile_step(spark, config))
+    return {"rows": len(report["rows"]), "statuses": cycle.status_counts(report["rows"])}  # XCom: the summary
 
 
 def build_dag(schedule: str | None = None):

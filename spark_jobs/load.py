@@ -206,35 +206,69 @@ def reconcile_report(spark, config: LoadConfig, wh) -> dict:
     return report
 
 
-def run_cycle(config: LoadConfig, spark=None, say=print) -> dict:
+def status_counts(rows: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r["status"]] = out.get(r["status"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+def plan_step(spark, config: LoadConfig, say=print) -> dict:
+    """Finish or discard what a killed load left, then plan the next load: {"load_id", "ranges"}."""
     from spark_jobs.warehouse import Warehouse
 
+    wh = Warehouse(spark, config.warehouse)
+    for line in wh.recover():
+        say(f"recovery: {line}")
+    ledger = wh.ledger()
+    ranges = plan(config, ledger)
+    load_id = ledger["load_id"] + 1
+    if ranges:
+        say(f"load {load_id}: " + ", ".join(f"{t}[{p}] {a}..{b}" for t, parts in sorted(ranges.items())
+                                            for p, (a, b) in sorted(parts.items(), key=lambda kv: int(kv[0]))))
+    else:
+        say("nothing new to load")
+    return {"load_id": load_id, "ranges": ranges}
+
+
+def load_step(spark, config: LoadConfig, planned: dict, say=print) -> dict:
+    """Load and publish a planned load. Recovers first (a retried task may follow a killed one); a load that an
+    earlier try already published is not loaded again."""
+    from spark_jobs.warehouse import Warehouse
+
+    wh = Warehouse(spark, config.warehouse)
+    for line in wh.recover():
+        say(f"recovery: {line}")
+    load_id, ranges = planned["load_id"], planned["ranges"]
+    if not ranges:
+        return {"load_id": load_id, "rows": {}, "quarantined": {}}
+    if wh.ledger()["load_id"] >= load_id:
+        say(f"load {load_id}: already published")
+        return {"load_id": load_id, "skipped": "already published"}
+    summary = load(spark, config, wh, load_id, ranges)
+    wh.publish(load_id, summary)
+    say(f"load {load_id}: published " + ", ".join(
+        f"{t}: {summary['rows'][t]} rows, {summary['quarantined'][t]} quarantined" for t in sorted(ranges)))
+    return {"load_id": load_id, "rows": summary["rows"], "quarantined": summary["quarantined"]}
+
+
+def reconcile_step(spark, config: LoadConfig, say=print) -> dict:
+    from spark_jobs.warehouse import Warehouse
+
+    wh = Warehouse(spark, config.warehouse)
+    report = reconcile_report(spark, config, wh)
+    say(f"audit report: {len(report['rows'])} rows " + json.dumps(status_counts(report["rows"]))
+        + f" -> {wh.path('_audit', 'report.json')}")
+    return report
+
+
+def run_cycle(config: LoadConfig, spark=None, say=print) -> dict:
+    """plan → load → reconcile in one Spark session (``logbus load``); the DAG runs the same steps as tasks."""
     own = spark is None
     spark = spark or session(config)
     try:
-        wh = Warehouse(spark, config.warehouse)
-        for line in wh.recover():
-            say(f"recovery: {line}")
-        ledger = wh.ledger()
-        ranges = plan(config, ledger)
-        summary = {"load_id": ledger["load_id"], "ranges": {}, "rows": {}, "quarantined": {}}
-        if ranges:
-            load_id = ledger["load_id"] + 1
-            say(f"load {load_id}: " + ", ".join(f"{t}[{p}] {a}..{b}" for t, parts in sorted(ranges.items())
-                                                for p, (a, b) in sorted(parts.items(), key=lambda kv: int(kv[0]))))
-            summary = load(spark, config, wh, load_id, ranges)
-            wh.publish(load_id, summary)
-            say(f"load {load_id}: published " + ", ".join(
-                f"{t}: {summary['rows'][t]} rows, {summary['quarantined'][t]} quarantined" for t in sorted(ranges)))
-        else:
-            say("nothing new to load")
-        report = reconcile_report(spark, config, wh)
-        statuses: dict[str, int] = {}
-        for r in report["rows"]:
-            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-        say(f"audit report: {len(report['rows'])} rows " + json.dumps(statuses, sort_keys=True)
-            + f" -> {wh.path('_audit', 'report.json')}")
-        return {"load": summary, "report": report}
+        loaded = load_step(spark, config, plan_step(spark, config, say), say)
+        return {"load": loaded, "report": reconcile_step(spark, config, say)}
     finally:
         if own:
             spark.stop()
