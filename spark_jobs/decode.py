@@ -62,7 +62,6 @@ def avro_to_spark(schema, named: dict | None = None) -> tuple[DataType, bool]:
         return DateType(), False
     if kind == "record":
         fields = []
-        struct_type = StructType(fields)
         for f in schema["fields"]:
             t, nullable = avro_to_spark(f["type"], named)
             fields.append(StructField(f["name"], t, nullable))

@@ -38,11 +38,7 @@ def completeness_series(rows: list[dict], tiers: list[str]) -> dict[str, list[tu
 
 
 def completeness_plot_png(rows: list[dict], tiers: list[str]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: nothing global, nothing to close, no GUI backend
 
     fig = Figure(figsize=(9, 3.2), dpi=100)
     ax = fig.add_subplot()
@@ -69,7 +65,6 @@ def completeness_plot_png(rows: list[dict], tiers: list[str]) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    plt.close("all")
     return buf.getvalue()
 
 

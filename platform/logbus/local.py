@@ -205,7 +205,7 @@ def _print_summary(svcs: list[Service], state: State) -> None:
     print(f"  logs: {state.dir}/<service>/<service>.log   status: logbus status --state-dir {state.dir}")
 
 
-def _status_rows(state_dir: str) -> tuple[list[dict], State]:
+def _status_rows(state_dir: str) -> list[dict]:
     state = State(state_dir)
     if not (state.dir / "topology.json").exists():
         raise TopologyError(f"no topology in {state.dir} (run logbus up --state-dir {state_dir})")
@@ -217,12 +217,12 @@ def _status_rows(state_dir: str) -> tuple[list[dict], State]:
                      "running": pid is not None, "healthy": _healthy(s, state),
                      "address": f"{s.host}:{s.port}" if s.port else s.host, "url": s.url,
                      "log": str(state.log(s.name))})
-    return rows, state
+    return rows
 
 
 def status(state_dir: str, as_json: bool) -> int:
     try:
-        rows, _ = _status_rows(state_dir)
+        rows = _status_rows(state_dir)
     except TopologyError as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
