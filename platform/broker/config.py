@@ -88,6 +88,10 @@ KEYS: dict[str, Key] = {
         Key("log.flush.scheduler.interval.ms", _int(1), LONG_MAX, "How often the flusher checks."),
         Key("message.max.bytes", _int(0), 1048588, "Largest record batch accepted."),
         Key("socket.request.max.bytes", _int(1), 104857600, "Largest request frame accepted."),
+        Key("queued.max.request.bytes", _int(-1), 209715200, "Bytes of large request frames (over 1 MiB) read "
+            "or being handled at once, across all connections; -1: unbounded (Kafka's default)."),
+        Key("max.broker.partitions", _int(-1), -1, "Partitions one broker may host (KIP-578's name); -1: what the "
+            "open-file limit allows, (RLIMIT_NOFILE - 1024) / 4."),
         Key("zookeeper.connect", _str, None, "ZooKeeper host:port[/chroot]: cluster mode (none: standalone)."),
         Key("zookeeper.session.timeout.ms", _int(1), 18000, "ZooKeeper session timeout."),
         Key("zookeeper.connection.timeout.ms", _int(1), None, "Wait this long for ZooKeeper at start-up "

@@ -18,6 +18,7 @@ from broker.config import LONG_MAX, BrokerConfig, ConfigError
 from broker.groups.coordinator import GroupCoordinator
 from broker.log.cleaner import LogCleaner
 from broker.log.log import LogConfig, PartitionLog
+from broker import limits
 from broker.log.manager import LogManager
 from broker.metadata.topics import (
     TOPIC_CONFIGS,
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 # Kafka's DescribeConfigs config sources.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 CHECKPOINT_INTERVAL_S = 60
+CREATE_BATCH = 64  # partitions created between two yields to the event loop
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -84,9 +86,16 @@ class Broker:
         return cluster_id
 
     def write_meta(self, cluster_id: str) -> None:
+        """Write meta.properties where it differs, atomically: a full disk must not leave an empty one."""
+        text = f"version=0\nbroker.id={self.node_id}\ncluster.id={cluster_id}\n"
         for log_dir in self.log_dirs:
-            with open(os.path.join(log_dir, "meta.properties"), "w") as f:
-                f.write(f"version=0\nbroker.id={self.node_id}\ncluster.id={cluster_id}\n")
+            path = os.path.join(log_dir, "meta.properties")
+            if read_meta_properties(log_dir) == {"version": "0", "broker.id": str(self.node_id),
+                                                 "cluster.id": cluster_id}:
+                continue
+            with open(path + ".tmp", "w") as f:
+                f.write(text)
+            os.replace(path + ".tmp", path)
 
     # ---- topic configuration ---------------------------------------------------------------------------
     def _default_topic_configs(self) -> dict[str, str]:
@@ -156,12 +165,36 @@ class Broker:
                                                    assignment)
         if assignment and any(set(r) - {self.node_id} for r in assignment.values()):
             raise TopicError("invalid_replica_assignment", "assignment names brokers that do not exist")
+        self.check_partition_limit({self.node_id: partitions * max(replication_factor, 1)})
         info = self.topics.create(name, partitions, replication_factor, configs, validate_only)
         if not validate_only:
             for p in range(partitions):
                 self.logs.create(name, p)
+                if p % CREATE_BATCH == CREATE_BATCH - 1:
+                    await asyncio.sleep(0)  # let other clients in between (about 0.3 ms a partition)
             log.info("created topic %s with %d partition(s)", name, partitions)
         return info
+
+    def hosted_partitions(self) -> dict[int, int]:
+        """Partition replicas per broker id, as the topic metadata assigns them."""
+        counts: dict[int, int] = {}
+        for name, info in self.topics.topics.items():
+            for p in range(info.partitions):
+                replicas = self.cluster.metadata.replicas(name, p) if self.cluster is not None else [self.node_id]
+                for r in replicas:
+                    counts[r] = counts.get(r, 0) + 1
+        return counts
+
+    def check_partition_limit(self, added: dict[int, int]) -> None:
+        """POLICY_VIOLATION if the new replicas (broker id -> count) take a broker past max.broker.partitions."""
+        limit = limits.partition_limit(self.config["max.broker.partitions"])
+        if all(n <= limit for n in added.values()):  # cheap first test, before counting what exists
+            hosted = self.hosted_partitions()
+            if all(hosted.get(b, 0) + n <= limit for b, n in added.items()):
+                return
+        broker_id, n = max(added.items(), key=lambda item: item[1])
+        raise TopicError("policy_violation", f"broker {broker_id} would host more than max.broker.partitions="
+                                             f"{limit} partitions (+{n}); see the README's limits")
 
     async def delete_topic(self, name: str) -> None:
         if self.cluster is not None:
@@ -192,7 +225,9 @@ class Broker:
 
     def leader_log(self, topic: str, partition: int, leader_epoch: int = -1):
         """(error, log) of a partition this broker leads; ``leader_epoch`` (-1: not checked) fences clients
-        and followers with stale metadata."""
+        and followers with stale metadata. An offline partition (its log failed to load) is KAFKA_STORAGE_ERROR."""
+        if self.logs.is_offline(topic, partition):
+            return ErrorCode.kafka_storage_error, None
         if self.cluster is None:
             return ErrorCode.none, self.log_for(topic, partition)
         part = self.cluster.partition(topic, partition)
@@ -206,6 +241,8 @@ class Broker:
     def partition_view(self, topic: str, partition: int) -> tuple[ErrorCode, int, int, list, list, list]:
         """(error, leader, leader epoch, replicas, isr, offline replicas) for Metadata."""
         if self.cluster is None:
+            if self.logs.is_offline(topic, partition):
+                return ErrorCode.kafka_storage_error, -1, 0, [self.node_id], [], [self.node_id]
             return ErrorCode.none, self.node_id, 0, [self.node_id], [self.node_id], []
         meta = self.cluster.metadata
         replicas = meta.replicas(topic, partition)
@@ -283,9 +320,14 @@ class Broker:
         self.logs.load()
         for name, info in self.topics.topics.items():  # logs of every partition exist, even empty ones
             for p in range(info.partitions):
-                self.log_for(name, p)
+                if not self.logs.is_offline(name, p):
+                    self.log_for(name, p)
+        if self.logs.offline:
+            log.error("%d partition(s) offline (KAFKA_STORAGE_ERROR until repaired): %s", len(self.logs.offline),
+                      ", ".join(f"{t}-{p}" for t, p in sorted(self.logs.offline)))
         host, port = self.config.listener
-        self.listener = KafkaListener(self, host, port, self.config["socket.request.max.bytes"])
+        self.listener = KafkaListener(self, host, port, self.config["socket.request.max.bytes"],
+                                      self.config["queued.max.request.bytes"])
         await self.listener.start()
         if self.cluster is not None:
             await self.cluster.start()
@@ -338,6 +380,9 @@ class Broker:
 
 
 def run(config: BrokerConfig) -> None:
+    limits.return_freed_memory()
+    limits.raise_open_file_limit()
+
     async def main() -> None:
         broker = Broker(config)
         await broker.run_forever()

@@ -12,6 +12,7 @@ import logging
 import os
 import uuid
 
+from broker import limits
 from broker.cluster import znodes
 from broker.cluster.controller import Controller
 from broker.cluster.fetcher import LeaderFetcher
@@ -130,6 +131,8 @@ class ReplicaManager:
                 log.info("%s-%d is no longer assigned here: local log deleted", topic, index)
             return
         if part is None:
+            if self.broker.logs.is_offline(topic, index):
+                return  # its log failed to load: not hosted here (other replicas serve it)
             plog = self.broker.logs.get(topic, index) or self.broker.logs.create(topic, index)
             part = Partition(topic, index, plog, self.broker_id)
             saved = self._saved_hw.get(key)
@@ -245,11 +248,22 @@ class ReplicaManager:
                 replication_factor = self.broker.config["default.replication.factor"]
             if partitions == -1:
                 partitions = self.broker.config["num.partitions"]
+            if live and partitions > 0 and replication_factor > 0:  # refuse absurd sizes before placing them
+                share = -(-partitions * replication_factor // len(live))
+                limit = limits.partition_limit(self.broker.config["max.broker.partitions"])
+                if share > limit:
+                    raise TopicError("policy_violation", f"{partitions} partitions x {replication_factor} replicas "
+                                                         f"exceed max.broker.partitions={limit} on every broker")
             try:
                 assignment = assign_replicas(live, partitions, replication_factor)
             except PlacementError as exc:
                 code = "invalid_replication_factor" if "replication" in str(exc) else "invalid_partitions"
                 raise TopicError(code, str(exc)) from None
+        added: dict[int, int] = {}
+        for replicas in assignment.values():
+            for r in replicas:
+                added[r] = added.get(r, 0) + 1
+        self.broker.check_partition_limit(added)
         info = TopicInfo(name, len(assignment), uuid.uuid4(), dict(configs), len(assignment[0]))
         if validate_only:
             return info

@@ -8,15 +8,26 @@ relative offset``: the largest timestamp seen so far and the base offset of the 
 Entries are appended at most once per ``log.index.interval.bytes`` of log data, so both are sparse. Both are
 kept whole in memory (arrays, bisected on lookup) and appended to their file; they are rebuilt from the log
 by recovery after an unclean stop, and a file whose size is not a whole number of entries, or whose entries are
-out of order, is refused (``CorruptIndex``) so the caller rebuilds it. Not thread-safe: the event loop owns them.
+out of order, is refused (``CorruptIndex``) so the caller rebuilds it.
+
+Appending an entry never raises: an entry whose relative offset or position does not fit its 32-bit field is
+skipped (the log rolls a new segment before that can happen to new data, as Kafka's ``LogSegment`` does; only a
+segment written before that rule can hold such offsets), and a write the disk refuses is undone by truncating
+the file back to its last whole entry. Both only make the index sparser; lookups stay correct because readers
+scan forward from the entry they find. Not thread-safe: the event loop owns them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from array import array
 from bisect import bisect_right
+
+
+log = logging.getLogger(__name__)
+INT32_MAX = 2**31 - 1
 
 
 class CorruptIndex(ValueError):
@@ -31,6 +42,7 @@ class _Index:
         self.base_offset = base_offset
         self.keys = array("q")  # offsets (OffsetIndex) or timestamps (TimeIndex), ascending
         self.values = array("q")
+        self._warned = False
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def load(self) -> None:
@@ -45,6 +57,28 @@ class _Index:
             previous = key
             self.keys.append(key)
             self.values.append(value)
+
+    def _write(self, entry: bytes) -> bool:
+        """Append one entry to the file; on a refused or short write, cut the file back to whole entries."""
+        try:
+            if os.write(self._fd, entry) == len(entry):
+                return True
+        except OSError as exc:
+            log.warning("%s: index entry not written (%s); the index stays sparser", self.path, exc)
+        try:
+            os.ftruncate(self._fd, len(self.keys) * self.ENTRY.size)
+        except OSError:
+            pass  # the file now ends inside an entry: load() refuses it and the index is rebuilt from the log
+        return False
+
+    def _skipped(self, relative: int, position: int) -> bool:
+        if 0 <= relative <= INT32_MAX and 0 <= position <= INT32_MAX:
+            return False
+        if not self._warned:
+            log.warning("%s: entry (relative offset %d, value %d) does not fit 32 bits: not indexed", self.path,
+                        relative, position)
+            self._warned = True
+        return True
 
     def reset(self) -> None:
         os.ftruncate(self._fd, 0)
@@ -89,7 +123,9 @@ class OffsetIndex(_Index):
     def append(self, offset: int, position: int) -> None:
         if self.keys and offset <= self.keys[-1]:
             return
-        os.write(self._fd, self.ENTRY.pack(offset - self.base_offset, position))
+        relative = offset - self.base_offset
+        if self._skipped(relative, position) or not self._write(self.ENTRY.pack(relative, position)):
+            return
         self.keys.append(offset)
         self.values.append(position)
 
@@ -113,7 +149,11 @@ class TimeIndex(_Index):
     def append(self, timestamp: int, offset: int) -> None:
         if self.keys and timestamp <= self.keys[-1]:
             return
-        os.write(self._fd, self.ENTRY.pack(timestamp, offset - self.base_offset))
+        relative = offset - self.base_offset
+        if not -2**63 <= timestamp < 2**63 or self._skipped(relative, 0):
+            return
+        if not self._write(self.ENTRY.pack(timestamp, relative)):
+            return
         self.keys.append(timestamp)
         self.values.append(offset)
 

@@ -15,6 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from broker.log.epoch_cache import EpochCache
+from broker.log.index import INT32_MAX
 from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import FileRegion, LogSegment
 from broker.protocol import records
@@ -143,7 +144,7 @@ class PartitionLog:
         self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence)
         base = self.log_end_offset
         parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
-        self._maybe_roll(len(data))
+        self._maybe_roll(len(data), next_offset - 1)
         self.epochs.assign(self.leader_epoch, base)
         self.active.append(parts, len(data), base, next_offset, summary.max_timestamp)
         if not self.replicated:
@@ -168,7 +169,7 @@ class PartitionLog:
             return self.log_end_offset
         if headers[0].base_offset != self.log_end_offset:
             raise NotContiguous(f"batch at {headers[0].base_offset}, log ends at {self.log_end_offset}")
-        self._maybe_roll(total)
+        self._maybe_roll(total, headers[-1].last_offset)
         for h in headers:
             self.epochs.assign(h.leader_epoch, h.base_offset)
         next_offset = headers[-1].next_offset
@@ -236,14 +237,17 @@ class PartitionLog:
                     self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
                                           h.base_offset)
 
-    def _maybe_roll(self, incoming: int) -> None:
+    def _maybe_roll(self, incoming: int, last_offset: int) -> None:
+        """Roll before an append that would make the active segment too big or too old, or whose last offset
+        would not fit the 32-bit relative offsets of the segment's indexes (Kafka's LogSegment rule)."""
         active = self.active
         if active.size == 0:
             return
         too_big = active.size + incoming > self.config.segment_bytes
         too_old = (active.first_append_ms is not None
                    and time.time() * 1000 - active.first_append_ms > self.config.roll_ms)
-        if too_big or too_old:
+        too_far = last_offset - active.base_offset > INT32_MAX
+        if too_big or too_old or too_far:
             self.roll()
 
     def roll(self) -> LogSegment:

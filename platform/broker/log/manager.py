@@ -3,6 +3,9 @@
 Per log dir, in Kafka's text checkpoint format (``0`` version line, entry count, ``topic partition offset``
 lines): ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``. A ``.kafka_cleanshutdown``
 marker is written after a clean shutdown; without it, start-up recovers every segment past the recovery point.
+Start-up never refuses to run because of one partition: a log that cannot be opened or recovered (an I/O error,
+a directory it cannot read) is logged, kept *offline* (its files are left as they are, for an operator) and
+answered with KAFKA_STORAGE_ERROR; every other partition serves.
 Not thread-safe: the broker's event loop owns it.
 """
 
@@ -12,6 +15,7 @@ import logging
 import os
 import re
 import time
+import uuid
 from typing import Callable
 
 from broker.log.log import LogConfig, PartitionLog
@@ -25,16 +29,21 @@ _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
 def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    """Entries of a checkpoint file; an unreadable one counts as absent (recovery then starts from offset 0,
+    which is slower but safe)."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
+        out = {}
+        for line in lines[2:]:
+            topic, partition, offset = line.rsplit(" ", 2)
+            out[(topic, int(partition))] = int(offset)
+        return out
     except FileNotFoundError:
         return {}
-    out = {}
-    for line in lines[2:]:
-        topic, partition, offset = line.rsplit(" ", 2)
-        out[(topic, int(partition))] = int(offset)
-    return out
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
+        return {}
 
 
 def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
@@ -48,12 +57,17 @@ def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
     os.replace(tmp, path)
 
 
+class OfflineLog(OSError):
+    """The partition's log could not be loaded at start-up; it is not served until an operator fixes it."""
+
+
 class LogManager:
     def __init__(self, log_dirs: list[str], config_for: Callable[[str], LogConfig]):
         self.log_dirs = log_dirs
         self.config_for = config_for
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        self.offline: dict[tuple[str, int], str] = {}  # partition -> why it could not be loaded
 
     def load(self) -> None:
         for log_dir in self.log_dirs:
@@ -69,11 +83,17 @@ class LogManager:
                     continue
                 key = (match["topic"], int(match["partition"]))
                 started = time.monotonic()
-                self.logs[key] = PartitionLog(
-                    path, key[0], key[1], self.config_for(key[0]),
-                    recovery_point=recovery.get(key, 0), log_start_offset=starts.get(key, 0),
-                    clean_shutdown=clean,
-                )
+                try:
+                    self.logs[key] = PartitionLog(
+                        path, key[0], key[1], self.config_for(key[0]),
+                        recovery_point=recovery.get(key, 0), log_start_offset=starts.get(key, 0),
+                        clean_shutdown=clean,
+                    )
+                except Exception as exc:  # one bad partition must not keep the others from serving
+                    log.error("partition %s-%d is OFFLINE: its log in %s cannot be loaded: %s", key[0], key[1],
+                              path, exc, exc_info=True)
+                    self.offline[key] = f"{type(exc).__name__}: {exc}"
+                    continue
                 self._dir_of[key] = log_dir
                 if not clean:
                     log.info("recovered %s-%d in %.3fs", key[0], key[1], time.monotonic() - started)
@@ -83,10 +103,15 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
 
+    def is_offline(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self.offline
+
     def create(self, topic: str, partition: int) -> PartitionLog:
         key = (topic, partition)
         if key in self.logs:
             return self.logs[key]
+        if key in self.offline:
+            raise OfflineLog(f"{topic}-{partition} is offline: {self.offline[key]}")
         counts = {d: 0 for d in self.log_dirs}
         for d in self._dir_of.values():
             counts[d] += 1
@@ -97,6 +122,14 @@ class LogManager:
         return self.logs[key]
 
     def delete_topic(self, topic: str) -> None:
+        for key in [k for k in self.offline if k[0] == topic]:
+            del self.offline[key]  # its files stay for an operator, out of the way of a new topic of that name
+            for log_dir in self.log_dirs:
+                path = os.path.join(log_dir, f"{key[0]}-{key[1]}")
+                try:
+                    os.rename(path, f"{path}.{uuid.uuid4().hex}-offline")
+                except OSError:
+                    pass
         for key in [k for k in self.logs if k[0] == topic]:
             self.logs.pop(key).delete()
             self._dir_of.pop(key, None)
@@ -135,11 +168,16 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints and the clean-shutdown marker, close all files."""
-        for partition_log in self.logs.values():
-            partition_log.flush()
-        self.checkpoint()
+        try:
+            for partition_log in self.logs.values():
+                partition_log.flush()
+            self.checkpoint()
+            clean = True
+        except OSError as exc:  # a full or failing disk: no marker, so the next start recovers
+            log.error("shutdown could not write checkpoints (%s): the next start recovers the logs", exc)
+            clean = False
         for partition_log in self.logs.values():
             partition_log.close()
-        for log_dir in self.log_dirs:
+        for log_dir in self.log_dirs if clean else ():
             with open(os.path.join(log_dir, CLEAN_SHUTDOWN), "w"):
                 pass

@@ -85,10 +85,10 @@ class ProducerStateManager:
         try:
             with open(path) as f:
                 data = json.load(f)
-        except (OSError, ValueError):
+            state = cls()
+            for pid, p in data["producers"].items():
+                entry = state._producers[int(pid)] = _Producer(p["epoch"])
+                entry.batches.extend(tuple(b) for b in p["batches"])
+            return state, int(data["offset"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # torn or foreign: rebuilt from the log
             return None
-        state = cls()
-        for pid, p in data["producers"].items():
-            entry = state._producers[int(pid)] = _Producer(p["epoch"])
-            entry.batches.extend(tuple(b) for b in p["batches"])
-        return state, int(data["offset"])

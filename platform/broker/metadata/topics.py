@@ -126,7 +126,11 @@ class TopicStore:
         info = TopicInfo(name, partitions, uuid.uuid4(), dict(configs), replication_factor)
         if not validate_only:
             self.topics[name] = info
-            self._save()
+            try:
+                self._save()
+            except OSError as exc:  # a full disk: the topic does not exist, in memory or on disk
+                del self.topics[name]
+                raise TopicError("kafka_storage_error", f"cannot record topic {name!r}: {exc}") from None
         return info
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:

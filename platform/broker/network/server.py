@@ -4,6 +4,12 @@ Like Kafka's processors, a connection is served one request at a time (a long-po
 response on that connection, never other connections); pipelined requests wait in the socket buffer.
 A frame over ``socket.request.max.bytes``, an unknown API key, an unsupported version or a request that does
 not decode is logged and closes that connection only. Produce with ``acks=0`` is not answered.
+
+Memory is bounded: a frame's bytes are read in chunks of at most ``READ_CHUNK`` and only as they arrive (a size
+prefix alone allocates nothing), and frames larger than ``POOL_FREE_BYTES`` first reserve their size from a pool
+of ``queued.max.request.bytes`` that is released once the request has been handled (Kafka's memory pool: a
+connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow senders of
+huge frames cannot starve ordinary clients.
 File regions in a response go out with ``loop.sendfile`` (zero copy) when large enough to be worth it.
 """
 
@@ -22,19 +28,47 @@ from broker.protocol.codec import MalformedRequest
 log = logging.getLogger(__name__)
 
 SENDFILE_MIN_BYTES = 64 * 1024  # below this a pread + write is cheaper than draining for sendfile
+READ_CHUNK = 256 * 1024
+POOL_FREE_BYTES = 1024 * 1024  # frames up to this size do not reserve from queued.max.request.bytes
+STREAM_LIMIT = 64 * 1024  # asyncio stops reading a socket once twice this much is buffered
+
+
+class MemoryPool:
+    """Bytes of large request frames being read or handled, at most ``capacity`` (-1: unbounded)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.used = 0
+        self._freed = asyncio.Condition()
+
+    async def reserve(self, size: int) -> int:
+        if self.capacity < 0:
+            return 0
+        size = min(size, self.capacity)  # one frame larger than the pool waits for the whole pool
+        async with self._freed:
+            await self._freed.wait_for(lambda: self.used + size <= self.capacity)
+            self.used += size
+        return size
+
+    async def release(self, size: int) -> None:
+        if size:
+            async with self._freed:
+                self.used -= size
+                self._freed.notify_all()
 
 
 class KafkaListener:
-    def __init__(self, broker, host: str, port: int, max_request_bytes: int):
+    def __init__(self, broker, host: str, port: int, max_request_bytes: int, queued_max_bytes: int = -1):
         self.broker = broker
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
+        self.pool = MemoryPool(queued_max_bytes)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1 << 20,
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=STREAM_LIMIT,
                                                   reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -60,8 +94,13 @@ class KafkaListener:
                     log.warning("closing connection from %s: request frame of %d bytes exceeds "
                                 "socket.request.max.bytes=%d", peer, size, self.max_request_bytes)
                     return
-                payload = await reader.readexactly(size)
-                parts = await self.dispatch(payload)
+                reserved = await self.pool.reserve(size) if size > POOL_FREE_BYTES else 0
+                try:
+                    payload = await self._read_frame(reader, size)
+                    parts = await self.dispatch(payload)
+                    del payload
+                finally:
+                    await self.pool.release(reserved)
                 if parts is not None:
                     await self._write(writer, parts)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -75,6 +114,19 @@ class KafkaListener:
         finally:
             self._connections.discard(task)
             writer.close()
+
+    @staticmethod
+    async def _read_frame(reader: asyncio.StreamReader, size: int) -> bytes | memoryview:
+        """``size`` bytes, gathered as they arrive: memory grows with what was sent, not with what was claimed."""
+        if size <= READ_CHUNK:
+            return await reader.readexactly(size)
+        frame = bytearray()  # grown in place (mremap once past the mmap threshold): no second copy at the end
+        while len(frame) < size:
+            chunk = await reader.read(min(size - len(frame), READ_CHUNK))
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(frame), size)
+            frame += chunk
+        return memoryview(frame).toreadonly()  # kio reads only read-only buffers
 
     async def dispatch(self, payload: bytes) -> list | None:
         header = codec.read_header(payload)

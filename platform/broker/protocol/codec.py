@@ -16,13 +16,12 @@ from functools import lru_cache
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from broker.protocol import guard
+from broker.protocol.guard import MalformedRequest
+
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
-
-
-class MalformedRequest(ValueError):
-    """The bytes cannot be a request of the version they claim."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +112,10 @@ def read_header(payload, flexible_lookup=is_flexible) -> RequestHeader:
 
 
 def decode_body(header: RequestHeader, payload):
-    """The typed request body; raises MalformedRequest on any decoding failure."""
+    """The typed request body; raises MalformedRequest on any decoding failure.
+
+    :func:`guard.check` walks the body first: kio's native reader would allocate whatever a count claims."""
+    guard.check(request_type(header.api_key, header.api_version), payload, header.body_offset)
     try:
         body, end = _reader(header.api_key, header.api_version)(payload, header.body_offset)
     except Exception as exc:  # kio raises a variety of errors on bad input
@@ -168,9 +170,15 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
 
 def decode_response(api_key: int, version: int, frame) -> tuple[int, object]:
     """(correlation id, typed body) of a response frame without its size prefix."""
+    if len(frame) < 4:
+        raise MalformedRequest("response shorter than its header")
     correlation_id = _INT32.unpack_from(frame, 0)[0]
     pos = 4
     if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
         _count, pos = read_uvarint(frame, pos)  # tagged fields of the header: none are sent by logbus
-    body, _ = _response_reader(api_key, version)(frame, pos)
+    guard.check(response_type(api_key, version), frame, pos)  # a broken peer must not make us allocate
+    try:
+        body, _ = _response_reader(api_key, version)(frame, pos)
+    except Exception as exc:
+        raise MalformedRequest(f"cannot decode response of api {api_key} v{version}: {exc}") from exc
     return correlation_id, body
