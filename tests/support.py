@@ -177,7 +177,24 @@ class Cluster:
         for proc in self.brokers.values():
             proc.start()
         self.wait_registered(set(self.brokers))
+        self.wait_brokers_seen()
         return self
+
+    def wait_brokers_seen(self, timeout: float = 30) -> None:
+        """Until every live broker's Metadata lists every live broker (registrations reach each broker through
+        a ZooKeeper watch, a moment after they are written: a topic created before that is placed on fewer)."""
+        from rawclient import RawClient, request_module
+
+        live = [b for b in self.brokers.values() if b.alive()]
+
+        def seen(b):
+            client = RawClient(b.host, b.port)
+            try:
+                return len(client.request(3, 1, request_module(3, 1).MetadataRequest(topics=())).brokers)
+            finally:
+                client.close()
+
+        wait_until(lambda: all(seen(b) == len(live) for b in live), timeout, what="every broker seeing all brokers")
 
     @property
     def bootstrap(self) -> str:

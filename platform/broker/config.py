@@ -6,9 +6,17 @@ do not parse are refused at start-up with a :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
+import re
+import socket
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = {p: p for p in SECURITY_PROTOCOLS}
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 class ConfigError(ValueError):
@@ -50,8 +58,19 @@ def _list(raw: str) -> list[str]:
 def _listeners(raw: str) -> list[str]:
     items = _list(raw)
     for item in items:
-        parse_listener(item)
+        parse_listener(item, {})
     return items
+
+
+def _protocol_map(raw: str) -> dict[str, str]:
+    out = {}
+    for item in _list(raw):
+        name, sep, protocol = item.partition(":")
+        if not sep or not _NAME.match(name.strip()) or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{item!r}: expected LISTENER_NAME:PROTOCOL with a protocol of "
+                             f"{', '.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = protocol.strip().upper()
+    return out
 
 
 @dataclass(frozen=True)
@@ -68,8 +87,14 @@ KEYS: dict[str, Key] = {
     k.name: k
     for k in [
         Key("broker.id", _int(0), 0, "This broker's id."),
-        Key("listeners", _listeners, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen (PLAINTEXT only)."),
-        Key("advertised.listeners", _listeners, None, "What Metadata tells clients (default: listeners)."),
+        Key("listeners", _listeners, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen: NAME://host:port, "
+            "comma-separated, one port each (an empty host binds every interface)."),
+        Key("advertised.listeners", _listeners, None, "What Metadata tells clients, per listener name: a client "
+            "gets the brokers' addresses of the listener it connected to (default: listeners)."),
+        Key("listener.security.protocol.map", _protocol_map, DEFAULT_PROTOCOL_MAP,
+            "Security protocol of each listener name (only PLAINTEXT is implemented)."),
+        Key("inter.broker.listener.name", _str, None, "The listener brokers use to reach each other "
+            "(default: the one named PLAINTEXT, else the first)."),
         Key("log.dirs", _list, ["/tmp/logbus-logs"], "Directories holding partition logs."),
         Key("num.partitions", _int(1), 1, "Partitions of an auto-created topic."),
         Key("default.replication.factor", _int(1), 1, "Replication factor of an auto-created topic."),
@@ -122,15 +147,32 @@ KEYS: dict[str, Key] = {
 }
 
 
-def parse_listener(item: str) -> tuple[str, str, int]:
-    """``PLAINTEXT://host:port`` → (protocol, host, port)."""
-    proto, sep, rest = item.partition("://")
-    if not sep or proto.upper() != "PLAINTEXT":
-        raise ValueError(f"listener {item!r}: only PLAINTEXT://host:port is supported")
+def parse_listener(item: str, protocol_map: dict[str, str]) -> tuple[str, str, int]:
+    """``NAME://host:port`` → (listener name, host, port). The name is a security protocol or a name of
+    ``listener.security.protocol.map``; an empty map only checks the syntax."""
+    name, sep, rest = item.partition("://")
     host, colon, port = rest.rpartition(":")
-    if not colon or not port.isdigit():
-        raise ValueError(f"listener {item!r}: expected PLAINTEXT://host:port")
-    return "PLAINTEXT", host, int(port)
+    if not sep or not _NAME.match(name) or not colon or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"listener {item!r}: expected NAME://host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    name = name.upper()
+    if protocol_map:
+        protocol = protocol_map.get(name)
+        if protocol is None:
+            raise ValueError(f"listener {item!r}: {name} is not in listener.security.protocol.map")
+        if protocol != "PLAINTEXT":
+            raise ValueError(f"listener {item!r}: security protocol {protocol} is not implemented (PLAINTEXT only)")
+    return name, host, int(port)
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str  # to bind ("" or 0.0.0.0: every interface)
+    port: int
+    advertised_host: str
+    advertised_port: int  # 0: whatever port the listener got
 
 
 class BrokerConfig:
@@ -156,7 +198,9 @@ class BrokerConfig:
                 values[name] = key.parse(text)
             except ValueError as exc:
                 raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from None
-        return cls(values, frozenset(raw))
+        config = cls(values, frozenset(raw))
+        config.listeners  # cross-key checks: names, ports, advertised names, the inter-broker listener
+        return config
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: list[str] = ()) -> "BrokerConfig":
@@ -195,16 +239,51 @@ class BrokerConfig:
         value = self["log.flush.interval.ms"]
         return LONG_MAX if value is None else value
 
-    @property
-    def listener(self) -> tuple[str, int]:
-        _, host, port = parse_listener(self["listeners"][0])
-        return host, port
+    @cached_property
+    def listeners(self) -> list[Listener]:
+        """Every listener with its advertised address; raises ConfigError when the keys do not fit together."""
+        pmap = self["listener.security.protocol.map"]
+        try:
+            bound = [parse_listener(item, pmap) for item in self["listeners"]]
+            advertised = {name: (host, port) for name, host, port in
+                          (parse_listener(item, pmap) for item in self["advertised.listeners"] or [])}
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        names = [name for name, _, _ in bound]
+        if not bound:
+            raise ConfigError("listeners: at least one listener is needed")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"listeners: each listener name may appear once ({', '.join(names)})")
+        ports = [port for _, _, port in bound if port]
+        if len(set(ports)) != len(ports):
+            raise ConfigError("listeners: each listener needs a port of its own")
+        unknown = set(advertised) - set(names)
+        if unknown:
+            raise ConfigError(f"advertised.listeners: {', '.join(sorted(unknown))} is not a listener name")
+        out = []
+        for name, host, port in bound:
+            adv_host, adv_port = advertised.get(name, (host, port))
+            if adv_host in ("", "0.0.0.0", "::"):
+                if name in advertised:
+                    raise ConfigError(f"advertised.listeners: {name} needs a host clients can reach")
+                adv_host = socket.getfqdn()
+            out.append(Listener(name, host, port, adv_host, adv_port))
+        inter = self["inter.broker.listener.name"]
+        if inter is not None and inter.upper() not in names:
+            raise ConfigError(f"inter.broker.listener.name: {inter} is not a listener name ({', '.join(names)})")
+        return out
 
     @property
-    def advertised(self) -> tuple[str, int]:
-        items = self["advertised.listeners"] or self["listeners"]
-        _, host, port = parse_listener(items[0])
-        return host, port
+    def inter_broker_listener(self) -> str:
+        inter = self["inter.broker.listener.name"]
+        names = [listener.name for listener in self.listeners]
+        return inter.upper() if inter else ("PLAINTEXT" if "PLAINTEXT" in names else names[0])
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        """(host, port) to bind of the inter-broker listener."""
+        first = next(x for x in self.listeners if x.name == self.inter_broker_listener)
+        return first.host, first.port
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from broker.metadata.topics import (
     TopicStore,
     validate_topic_configs,
 )
-from broker.network.server import KafkaListener
+from broker.network.server import KafkaListener, MemoryPool, current_listener
 from broker.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.cleaner = LogCleaner(self)
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
-        self.listener: KafkaListener | None = None
+        self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._pid_next = self._pid_end = 0
@@ -135,8 +135,12 @@ class Broker:
             value = self.config[name]
             if value is None:
                 continue
-            text = ",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) \
-                else str(value)
+            if isinstance(value, dict):
+                text = ",".join(f"{k}:{v}" for k, v in value.items())
+            elif isinstance(value, list):
+                text = ",".join(value)
+            else:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
             out[name] = (text, STATIC_BROKER_CONFIG if name in self.config.explicit else DEFAULT_CONFIG)
         return out
 
@@ -254,11 +258,18 @@ class Broker:
         return ErrorCode.none, state.leader, state.leader_epoch, replicas, list(state.isr), offline
 
     def live_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker on the current request's listener; a broker without a
+        listener of that name is left out, as Kafka does."""
         if self.cluster is None:
             host, port = self.advertised
             return [(self.node_id, host, port, self.config["broker.rack"])]
-        return [(b.broker_id, b.host, b.port, b.rack) for b in sorted(self.cluster.metadata.brokers.values(),
-                                                                     key=lambda b: b.broker_id)]
+        name = current_listener.get() or self.config.inter_broker_listener
+        out = []
+        for b in sorted(self.cluster.metadata.brokers.values(), key=lambda b: b.broker_id):
+            host, port = b.endpoint(name)
+            if host is not None:
+                out.append((b.broker_id, host, port, b.rack))
+        return out
 
     @property
     def controller_id(self) -> int:
@@ -284,12 +295,23 @@ class Broker:
         self._pid_next += 1
         return self._pid_next - 1
 
+    def endpoints(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> advertised (host, port); a port 0 listener advertises the port it got."""
+        out = {}
+        for spec in self.config.listeners:
+            port = spec.advertised_port
+            if port == 0 and spec.name in self.listeners:
+                port = self.listeners[spec.name].port
+            out[spec.name] = (spec.advertised_host, port)
+        return out
+
     @property
     def advertised(self) -> tuple[str, int]:
-        host, port = self.config.advertised
-        if port == 0 and self.listener is not None:
-            port = self.listener.port
-        return host, port
+        """The advertised address of the listener that the current request came in on (Kafka: a client only
+        ever sees addresses of its own listener), or of the inter-broker listener outside a request."""
+        endpoints = self.endpoints()
+        return endpoints.get(current_listener.get() or self.config.inter_broker_listener,
+                             endpoints[self.config.inter_broker_listener])
 
     # ---- long-poll support ----------------------------------------------------------------------------
     def notify_append(self, topic: str, partition: int) -> None:
@@ -325,10 +347,12 @@ class Broker:
         if self.logs.offline:
             log.error("%d partition(s) offline (KAFKA_STORAGE_ERROR until repaired): %s", len(self.logs.offline),
                       ", ".join(f"{t}-{p}" for t, p in sorted(self.logs.offline)))
-        host, port = self.config.listener
-        self.listener = KafkaListener(self, host, port, self.config["socket.request.max.bytes"],
-                                      self.config["queued.max.request.bytes"])
-        await self.listener.start()
+        pool = MemoryPool(self.config["queued.max.request.bytes"])  # shared by every listener
+        for spec in self.config.listeners:
+            listener = KafkaListener(self, spec.host, spec.port, self.config["socket.request.max.bytes"], pool,
+                                     name=spec.name)
+            await listener.start()
+            self.listeners[spec.name] = listener
         if self.cluster is not None:
             await self.cluster.start()
         await self.groups.start()
@@ -343,8 +367,8 @@ class Broker:
         if self.config["log.cleaner.enable"]:
             self._tasks.append(loop.create_task(self._every(self.config["log.cleaner.backoff.ms"] / 1000,
                                                             self.cleaner.run_once)))
-        log.info("logbus broker %d listening on %s:%d (log.dirs=%s)", self.node_id, host, self.listener.port,
-                 ",".join(self.log_dirs))
+        log.info("logbus broker %d listening on %s (log.dirs=%s)", self.node_id,
+                 ", ".join(f"{n}://{x.host}:{x.port}" for n, x in self.listeners.items()), ",".join(self.log_dirs))
 
     async def _every(self, seconds: float, action) -> None:
         while True:
@@ -365,8 +389,8 @@ class Broker:
         await self.groups.stop()
         if self.cluster is not None:
             await self.cluster.stop()
-        if self.listener is not None:
-            await self.listener.stop()
+        for listener in self.listeners.values():
+            await listener.stop()
         self.logs.shutdown()
         log.info("logbus broker %d stopped cleanly", self.node_id)
 

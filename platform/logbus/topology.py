@@ -36,6 +36,7 @@ class Service:
     port: int | None = None        # the port users connect to, if any
     url: str | None = None         # printed by `logbus up` (http services)
     program: str = "logbus"        # "logbus" (the CLI) or "airflow"
+    published: list[str] = field(default_factory=list)  # compose: "127.0.0.1:<host port>:<container port>"
 
 
 def load(path: str | Path | None = None) -> dict:
@@ -80,6 +81,20 @@ class _Names:
     def repo(self) -> str:
         return "/opt/logbus" if self.target == "compose" else str(REPO)
 
+    def published(self, kind: str, dc: str, index: int = 1) -> int:
+        """The host port a compose service publishes on 127.0.0.1 (``published`` in the topology: the first
+        broker's port, the next brokers count up from it)."""
+        table = self.topo.get("published", {})
+        key = f"{dc}.{kind}"
+        if key not in table:
+            raise TopologyError(f"published: no host port for {key!r} (compose publishes it on 127.0.0.1)")
+        return int(table[key]) + index - 1
+
+    def published_list(self, kind: str, dc: str, container_port: int, index: int = 1) -> list[str]:
+        if self.target != "compose":
+            return []
+        return [f"127.0.0.1:{self.published(kind, dc, index)}:{container_port}"]
+
 
 def _props(values: dict) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
@@ -110,16 +125,26 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             name = f"{dc}-broker{i}"
             host = n.host(dc, "broker", i)
             listen = "0.0.0.0" if target == "compose" else host
-            config = {"broker.id": i, "listeners": f"PLAINTEXT://{listen}:{n.port('broker', dc)}",
-                      "advertised.listeners": f"PLAINTEXT://{host}:{n.port('broker', dc)}",
-                      "log.dirs": n.data_dir(name), "zookeeper.connect": f"{zk}/{dc}",
+            port = n.port("broker", dc)
+            if target == "compose":  # containers talk on INTERNAL; the host reaches EXTERNAL, published on loopback
+                external = n.port("broker_external", dc)
+                listeners = {"listeners": f"INTERNAL://{listen}:{port},EXTERNAL://{listen}:{external}",
+                             "advertised.listeners": f"INTERNAL://{host}:{port},"
+                                                     f"EXTERNAL://127.0.0.1:{n.published('broker', dc, i)}",
+                             "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                             "inter.broker.listener.name": "INTERNAL"}
+            else:
+                listeners = {"listeners": f"PLAINTEXT://{listen}:{port}",
+                             "advertised.listeners": f"PLAINTEXT://{host}:{port}"}
+            config = {"broker.id": i, **listeners, "log.dirs": n.data_dir(name), "zookeeper.connect": f"{zk}/{dc}",
                       "num.partitions": spec.get("partitions", 3),
                       "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
                       "group.initial.rebalance.delay.ms": 0, "zookeeper.session.timeout.ms": 6000,
                       **spec.get("broker_config", {})}
             out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
                                files={"server.properties": _props(config)}, depends_on=[zk_name],
-                               health=("tcp", n.port("broker", dc)), port=n.port("broker", dc)))
+                               health=("tcp", port), port=port,
+                               published=n.published_list("broker", dc, n.port("broker_external", dc), i)))
         broker_names = [f"{dc}-broker{i}" for i in range(1, brokers + 1)]
         role = spec.get("registry")
         if role:
@@ -136,7 +161,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "registry", host, ["schema-registry",
                                                              f"{n.config_dir(name)}/registry.properties"],
                                files={"registry.properties": _props(config)}, depends_on=deps,
-                               health=("http", port, "/subjects"), port=port, url=f"http://{host}:{port}"))
+                               health=("http", port, "/subjects"), port=port, url=f"http://{host}:{port}",
+                               published=n.published_list("registry", dc, port)))
         for source in spec.get("mirror_from", []):
             if source not in dcs:
                 raise TopologyError(f"{dc}: mirror_from names an unknown datacenter {source!r}")
@@ -179,7 +205,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "audit", host, ["audit-service", f"{n.config_dir(name)}/audit.properties"],
                                files={"audit.properties": _props(config)},
                                depends_on=[f"{c}-broker1" for c in audit_clusters] + [f"{primary}-registry"],
-                               health=("http", port, "/api/status"), port=port, url=f"http://{host}:{port}"))
+                               health=("http", port, "/api/status"), port=port, url=f"http://{host}:{port}",
+                               published=n.published_list("audit", dc, port)))
         if spec.get("airflow"):
             name = f"{dc}-airflow"
             host, port = n.host(dc, "airflow"), n.port("airflow", dc)
@@ -203,7 +230,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "airflow", host, ["standalone"], files={"load.properties": _props(load)},
                                env=env, depends_on=broker_names + [f"{primary}-registry"],
                                health=("http", port, "/api/v2/monitor/health"), port=port,
-                               url=f"http://{host}:{port}", program="airflow"))
+                               url=f"http://{host}:{port}", program="airflow",
+                               published=n.published_list("airflow", dc, port)))
     names = {s.name for s in out}
     for s in out:
         missing = [d for d in s.depends_on if d not in names]

@@ -26,7 +26,15 @@ def test_retention_precedence_matches_kafka():
     ({"broker.id": "x"}, "invalid value 'x' for broker.id"),
     ({"log.segment.bytes": "5"}, "must be >= 14"),
     ({"auto.create.topics.enable": "yes"}, "true or false"),
-    ({"listeners": "SSL://h:1"}, "only PLAINTEXT"),
+    ({"listeners": "SSL://h:1"}, "PLAINTEXT only"),
+    ({"listeners": "INTERNAL://h:1"}, "INTERNAL is not in listener.security.protocol.map"),
+    ({"listeners": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, "each listener name may appear once"),
+    ({"listeners": "A://h:1,B://h:1", "listener.security.protocol.map": "A:PLAINTEXT,B:PLAINTEXT"},
+     "a port of its own"),
+    ({"inter.broker.listener.name": "INTERNAL"}, "INTERNAL is not a listener name"),
+    ({"advertised.listeners": "EXTERNAL://h:1",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT"},
+     "EXTERNAL is not a listener name"),
 ])
 def test_invalid_settings_are_refused(raw, message):
     with pytest.raises(ConfigError, match=message):

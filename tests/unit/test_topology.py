@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from logbus.compose import check, render
+from logbus.compose import check, published_twice, render
 from logbus.topology import TopologyError, load, services
 
 pytestmark = pytest.mark.unit
@@ -52,3 +52,18 @@ def test_bad_topologies_are_refused(tmp_path):
     bad.write_text(json.dumps({"datacenters": {}}))
     with pytest.raises(TopologyError, match="missing 'ports'"):
         load(bad)
+
+
+def test_compose_publishes_every_host_port_once_and_brokers_have_an_external_listener(tmp_path):
+    text, files = render(load())
+    assert published_twice(text) == []
+    assert published_twice(text + '    ports: ["127.0.0.1:8081:8081"]\n') == ["127.0.0.1:8081"]
+    ports = [line.strip() for line in text.splitlines() if line.strip().startswith("ports:")]
+    assert len(ports) == 10  # six brokers, two registries, the audit service, Airflow
+    props = files["offline-broker2/server.properties"]
+    assert "listeners=INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092\n" in props
+    assert "advertised.listeners=INTERNAL://offline-broker2:9092,EXTERNAL://127.0.0.1:29093\n" in props
+    assert "inter.broker.listener.name=INTERNAL\n" in props
+    assert '"127.0.0.1:29093:19092"' in text
+    local = {s.name: s for s in services(load(), "local", state_dir=tmp_path) if s.kind == "broker"}
+    assert "listeners=PLAINTEXT://127.0.2.2:9092\n" in local["offline-broker2"].files["server.properties"]

@@ -72,9 +72,12 @@ class LeaderFetcher:
         info = self.manager.metadata.brokers.get(self.leader_id)
         if info is None:
             return False
+        host, port = info.endpoint(self.broker.config.inter_broker_listener)
+        if host is None:  # the leader has no listener of our inter-broker name: its registered address
+            host, port = info.host, info.port
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(info.host, info.port, limit=1 << 20), 10)
+                asyncio.open_connection(host, port, limit=1 << 20), 10)
             return True
         except (OSError, asyncio.TimeoutError):
             return False

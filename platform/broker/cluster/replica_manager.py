@@ -85,8 +85,10 @@ class ReplicaManager:
         self.broker.write_meta(cluster_id)
 
     async def _register(self) -> None:
-        host, port = self.broker.advertised
-        info = znodes.BrokerInfo(self.broker_id, host, port, self.broker.config["broker.rack"])
+        endpoints = self.broker.endpoints()
+        host, port = endpoints[self.broker.config.inter_broker_listener]
+        info = znodes.BrokerInfo(self.broker_id, host, port, self.broker.config["broker.rack"],
+                                 tuple((name, h, p) for name, (h, p) in endpoints.items()))
         path = znodes.broker_path(self.broker_id)
         for _ in range(int(self.broker.config["zookeeper.session.timeout.ms"] / 500) + 2):
             try:

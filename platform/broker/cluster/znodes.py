@@ -60,18 +60,34 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # listener name -> advertised (host, port); Kafka's "endpoints" + "listener_security_protocol_map"
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str | None, int]:
+        """(host, port) of the named listener, or (None, -1) when the broker has none of that name. A
+        registration without endpoints (an old one) has only PLAINTEXT at host:port."""
+        for name, host, port in self.endpoints or (("PLAINTEXT", self.host, self.port),):
+            if name == listener:
+                return host, port
+        return None, -1
 
 
 def encode_broker(info: BrokerInfo) -> bytes:
-    return _dump({"listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-                  "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"], "jmx_port": -1, "features": {},
-                  "host": info.host, "port": info.port, "rack": info.rack,
+    endpoints = info.endpoints or (("PLAINTEXT", info.host, info.port),)
+    return _dump({"listener_security_protocol_map": {name: "PLAINTEXT" for name, _, _ in endpoints},
+                  "endpoints": [f"{name}://{host}:{port}" for name, host, port in endpoints], "jmx_port": -1,
+                  "features": {}, "host": info.host, "port": info.port, "rack": info.rack,
                   "timestamp": str(int(time.time() * 1000)), "version": 5})
 
 
 def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     obj = json.loads(data)
-    return BrokerInfo(broker_id, obj["host"], int(obj["port"]), obj.get("rack"))
+    endpoints = []
+    for item in obj.get("endpoints", []):
+        name, _, rest = item.partition("://")
+        host, _, port = rest.rpartition(":")
+        endpoints.append((name, host.strip("[]"), int(port)))
+    return BrokerInfo(broker_id, obj["host"], int(obj["port"]), obj.get("rack"), tuple(endpoints))
 
 
 # ---- /brokers/topics/<topic> ------------------------------------------------------------------------------

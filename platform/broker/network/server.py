@@ -16,6 +16,7 @@ File regions in a response go out with ``loop.sendfile`` (zero copy) when large 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -27,6 +28,9 @@ from broker.protocol.codec import MalformedRequest
 
 log = logging.getLogger(__name__)
 
+# The listener name of the connection a request came in on (each connection is its own task, with its own
+# context): Metadata and FindCoordinator answer with the brokers' addresses on that listener.
+current_listener: contextvars.ContextVar[str | None] = contextvars.ContextVar("logbus_listener", default=None)
 SENDFILE_MIN_BYTES = 64 * 1024  # below this a pread + write is cheaper than draining for sendfile
 READ_CHUNK = 256 * 1024
 POOL_FREE_BYTES = 1024 * 1024  # frames up to this size do not reserve from queued.max.request.bytes
@@ -58,17 +62,19 @@ class MemoryPool:
 
 
 class KafkaListener:
-    def __init__(self, broker, host: str, port: int, max_request_bytes: int, queued_max_bytes: int = -1):
+    def __init__(self, broker, host: str, port: int, max_request_bytes: int, pool: MemoryPool | None = None,
+                 name: str = "PLAINTEXT"):
         self.broker = broker
+        self.name = name
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
-        self.pool = MemoryPool(queued_max_bytes)
+        self.pool = pool if pool is not None else MemoryPool(-1)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=STREAM_LIMIT,
+        self._server = await asyncio.start_server(self._serve, self.host or None, self.port, limit=STREAM_LIMIT,
                                                   reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -85,6 +91,7 @@ class KafkaListener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
+        current_listener.set(self.name)
         peer = writer.get_extra_info("peername")
         try:
             while True:
