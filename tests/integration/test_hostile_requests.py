@@ -294,3 +294,32 @@ def test_a_full_disk_refuses_writes_with_a_kafka_error_and_start_up_still_succee
     assert [m.offset() for m in got] == [base for base, _ in acknowledged]
     assert [m.value() for m in got] == [value + (str(i).encode() if i != "again" else b"again")
                                         for _, i in acknowledged]
+
+
+FUZZ_FINDINGS = {  # found by tests/integration/test_fuzz.py on the code before issue 24 (hex of whole frames)
+    # JoinGroup v0: a consumer subscription claiming 2^31-1 topics, one of length -2: parsed on the event loop
+    "join_group_subscription": "00000035000b0000000000010001780001670000177000000008636f6e73756d657200000001000572"
+                               "616e67650000000800007ffffffffffe",
+    # Metadata v11 asking for an unknown topic id (null name): the response could not be encoded
+    "metadata_unknown_topic_id": "000000220003000b0000000100017800020102030405060708090a0b0c0d0e0f100000000000",
+    # IncrementalAlterConfigs SET min.cleanable.dirty.ratio = null: TypeError in the config check
+    "alter_configs_null_value": "00000034002c00010000000100017800020205667a2d30021a6d696e2e636c65616e61626c652e6469"
+                                "7274792e726174696f000000000000",
+    # Metadata v12 with an unknown tagged field: must be skipped (KIP-482), not refused
+    "unknown_tagged_field": "000000120003000c0000000100017800000000010500",
+}
+
+
+@pytest.mark.parametrize("finding", sorted(FUZZ_FINDINGS))
+def test_fuzz_findings_are_answered_without_stalls_or_tracebacks(broker, finding):
+    client = RawClient(broker.host, broker.port)
+    create_topic(client, "fz-0", 1)
+    client.close()
+    before = broker.log_text().count("Traceback")
+    with LatencyProbe(broker) as probe, socket.create_connection((broker.host, broker.port), timeout=15) as sock:
+        sock.sendall(bytes.fromhex(FUZZ_FINDINGS[finding]))
+        head = sock.recv(4)
+    assert len(head) == 4  # answered, not closed
+    assert probe.worst < 1.0
+    assert broker.log_text().count("Traceback") == before
+    assert broker.alive() and serves(broker)

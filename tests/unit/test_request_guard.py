@@ -115,3 +115,11 @@ def test_every_request_schema_compiles():
             guard._entity(cls)
             compiled += 1
     assert compiled > 250
+
+
+def test_unknown_tagged_fields_are_skipped_as_kip_482_says():
+    """A tag the schema does not know is cut out before kio (which refuses them); known ones are kept."""
+    request = decode("0003000c0000000100017800" + "00" + "00" + "00" + "02" + "0503aabbcc" + "0900")
+    assert request.topics is None and request.allow_auto_topic_creation is False
+    request = decode("00120003000000010001780002610231" + "01" + "0501ff")
+    assert request.client_software_name == "a" and request.client_software_version == "1"

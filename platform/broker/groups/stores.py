@@ -26,17 +26,27 @@ CONSUMERS = "/consumers"
 
 def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
     (n,) = struct.unpack_from(">h", buf, pos)
+    if n < 0 or pos + 2 + n > len(buf):
+        raise struct.error(f"string of {n} bytes at {pos} does not fit")
     return buf[pos + 2: pos + 2 + n].decode(), pos + 2 + n
+
+
+def _count(buf: bytes, pos: int, min_size: int) -> int:
+    """An int32 element count that the remaining bytes can hold (elements of at least ``min_size`` bytes)."""
+    (n,) = struct.unpack_from(">i", buf, pos)
+    if n < 0 or n * min_size > len(buf) - pos - 4:
+        raise struct.error(f"{n} elements cannot fit in {len(buf) - pos - 4} bytes")
+    return n
 
 
 def subscription_topics(metadata: bytes) -> list[str]:
     """Topics of a ConsumerProtocolSubscription (version, topics, user data, ...)."""
     try:
         pos = 2
-        (count,) = struct.unpack_from(">i", metadata, pos)
+        count = _count(metadata, pos, 2)
         pos += 4
         topics = []
-        for _ in range(max(count, 0)):
+        for _ in range(count):
             name, pos = _read_string(metadata, pos)
             topics.append(name)
         return topics
@@ -48,12 +58,12 @@ def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
     """(topic, partition) pairs of a ConsumerProtocolAssignment (version, [topic, [partition]], user data)."""
     try:
         pos = 2
-        (count,) = struct.unpack_from(">i", assignment, pos)
+        count = _count(assignment, pos, 6)
         pos += 4
         out = []
-        for _ in range(max(count, 0)):
+        for _ in range(count):
             topic, pos = _read_string(assignment, pos)
-            (n,) = struct.unpack_from(">i", assignment, pos)
+            n = _count(assignment, pos, 4)
             pos += 4
             out.extend((topic, p) for p in struct.unpack_from(f">{n}i", assignment, pos))
             pos += 4 * n

@@ -15,24 +15,31 @@ async def handle(broker, header, request):
     topic_cls = nested(cls, "MetadataResponseTopic")
     partition_cls = nested(cls, "MetadataResponsePartition")
 
+    unknown = []
     if request.topics is None or (version == 0 and not request.topics):
         names = sorted(broker.topics.topics)  # v0: empty list means all; v1+: null means all
         auto_create = False
     else:
         names = []
+        unknown_ids = []  # asked for by an id this cluster does not know: UNKNOWN_TOPIC_ID, as Kafka answers
         for item in request.topics:
             name = item.name
-            if name is None and getattr(item, "topic_id", None) is not None:
-                found = broker.topics.by_id(item.topic_id)
-                name = found.name if found else None
+            if name is None:
+                found = broker.topics.by_id(item.topic_id) if getattr(item, "topic_id", None) else None
+                if found is None:
+                    unknown_ids.append(getattr(item, "topic_id", None))
+                    continue
+                name = found.name
             names.append(name)
         auto_create = getattr(request, "allow_auto_topic_creation", True)
+        unknown = [build(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None if version >= 12 else "",
+                         is_internal=False, partitions=(), topic_id=topic_id) for topic_id in unknown_ids]
 
     topics = []
     for name in names:
         error = ErrorCode.none
-        info = broker.topics.get(name) if name is not None else None
-        if info is None and name is not None and auto_create and broker.config["auto.create.topics.enable"]:
+        info = broker.topics.get(name)
+        if info is None and auto_create and broker.config["auto.create.topics.enable"]:
             try:
                 info = await broker.create_topic(name, broker.config["num.partitions"],
                                                  broker.config["default.replication.factor"], {})
@@ -52,4 +59,4 @@ async def handle(broker, header, request):
     brokers = tuple(build(broker_cls, node_id=node, host=host, port=port, rack=rack)
                     for node, host, port, rack in broker.live_brokers())
     return build(cls, throttle_time=0, cluster_id=broker.cluster_id, controller_id=broker.controller_id,
-                 brokers=brokers, topics=tuple(topics))
+                 brokers=brokers, topics=(*topics, *unknown))

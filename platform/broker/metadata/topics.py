@@ -55,6 +55,8 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
     for key, value in configs.items():
         if key not in TOPIC_CONFIGS:
             raise TopicError("invalid_config", f"unknown topic config {key!r}")
+        if not isinstance(value, str):
+            raise TopicError("invalid_config", f"{key} needs a value")
         if key == "cleanup.policy":
             if not set(value.split(",")) <= {"delete", "compact"}:
                 raise TopicError("invalid_config", f"cleanup.policy must be delete and/or compact, not {value!r}")

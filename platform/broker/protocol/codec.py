@@ -115,7 +115,7 @@ def decode_body(header: RequestHeader, payload):
     """The typed request body; raises MalformedRequest on any decoding failure.
 
     :func:`guard.check` walks the body first: kio's native reader would allocate whatever a count claims."""
-    guard.check(request_type(header.api_key, header.api_version), payload, header.body_offset)
+    payload = guard.check(request_type(header.api_key, header.api_version), payload, header.body_offset)
     try:
         body, end = _reader(header.api_key, header.api_version)(payload, header.body_offset)
     except Exception as exc:  # kio raises a variety of errors on bad input
@@ -176,7 +176,7 @@ def decode_response(api_key: int, version: int, frame) -> tuple[int, object]:
     pos = 4
     if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
         _count, pos = read_uvarint(frame, pos)  # tagged fields of the header: none are sent by logbus
-    guard.check(response_type(api_key, version), frame, pos)  # a broken peer must not make us allocate
+    frame = guard.check(response_type(api_key, version), frame, pos)  # a broken peer must not make us allocate
     try:
         body, _ = _response_reader(api_key, version)(frame, pos)
     except Exception as exc:

@@ -11,7 +11,9 @@ building anything:
 - tagged fields: a count larger than the bytes left, or a size past the end, is refused; a known tag's value
   must fit inside its declared size;
 - a null (length -1, compact 0, entity marker -1) where the schema does not allow one is refused, so handlers
-  never see ``None`` in place of a collection.
+  never see ``None`` in place of a collection;
+- tagged fields the schema does not know are skipped, as KIP-482 says a reader must: they are cut out of the
+  bytes handed to kio, whose reader would refuse them.
 
 A refusal is :class:`MalformedRequest` (re-exported by :mod:`broker.protocol.codec`); the listener logs it and closes the connection.
 Walkers are compiled once per request class (closures over the field layout), so the check costs a few
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import threading
 from functools import lru_cache
 
 from kio.serial._introspect import (
@@ -47,13 +50,19 @@ _FIXED = {
     "uuid": 16,
 }
 _SIZED = ("string", "bytes", "records")
+_seen = threading.local()  # unknown tagged fields met by the current check() (its thread's)
 
 
-def check(cls, buf, pos: int) -> int:
-    """Walk a body of request class ``cls`` in ``buf`` from ``pos``; returns where it ends.
+def check(cls, buf, pos: int):
+    """Walk a body of request class ``cls`` in ``buf`` from ``pos``. Returns ``buf`` itself, or a copy without
+    the tagged fields the schema does not know (which kio would refuse).
 
     Raises MalformedRequest at the first length, count or null the frame cannot hold."""
-    return _entity(cls)(buf, pos, len(buf))
+    _seen.unknown = []
+    _entity(cls)(buf, pos, len(buf))
+    if _seen.unknown:
+        return _without_unknown_tags(buf, _seen.unknown)
+    return buf
 
 
 def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -180,10 +189,13 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool, name: str):
 
 def _tagged_section(tags: dict):
     def step(buf, pos, end):
+        start = pos
         count, pos = _uvarint(buf, pos, end)
         if count > end - pos:
             raise MalformedRequest(f"{count} tagged fields but only {end - pos} bytes remain")
+        count_end, dropped = pos, []
         for _ in range(count):
+            field_start = pos
             tag, pos = _uvarint(buf, pos, end)
             size, pos = _uvarint(buf, pos, end)
             if size > end - pos:
@@ -191,9 +203,37 @@ def _tagged_section(tags: dict):
             known = tags.get(tag)
             if known is not None:
                 known(buf, pos, pos + size)  # the value must fit in its declared size
+            else:
+                dropped.append((field_start, pos + size))
             pos += size
+        if dropped:
+            _seen.unknown.append((start, count_end, count - len(dropped), dropped))
         return pos
     return step
+
+
+def _without_unknown_tags(buf, sections) -> bytes:
+    """``buf`` with the unknown tagged fields cut out and their sections' counts rewritten (KIP-482: a reader
+    skips tags it does not know; kio's reader refuses them, so they never reach it)."""
+    out, pos = bytearray(), 0
+    for start, count_end, kept, dropped in sections:
+        out += buf[pos:start]
+        out += _uvarint_bytes(kept)
+        pos = count_end
+        for drop_start, drop_end in dropped:
+            out += buf[pos:drop_start]
+            pos = drop_end
+    out += buf[pos:]
+    return bytes(out)
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 @lru_cache(maxsize=None)
