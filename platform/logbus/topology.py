@@ -144,7 +144,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
                                files={"server.properties": _props(config)}, depends_on=[zk_name],
                                health=("tcp", port), port=port,
-                               published=n.published_list("broker", dc, n.port("broker_external", dc), i)))
+                               published=n.published_list("broker", dc, external, i) if target == "compose"
+                               else []))
         broker_names = [f"{dc}-broker{i}" for i in range(1, brokers + 1)]
         role = spec.get("registry")
         if role:

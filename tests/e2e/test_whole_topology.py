@@ -13,14 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 from support import REPO, free_port, wait_until
+from topology_checks import SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, run_dag, wait_recovered
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
-WINDOW_MS, GRACE_MS = 4000, 4000
 
 
 def logbus(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -38,8 +37,7 @@ def test_topology(tmp_path):
     topo["datacenters"]["offline"]["network"] = f"127.{net}.2"
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
                                                                     "airflow")}
-    topo.update(audit_window_ms=WINDOW_MS, audit_grace_ms=GRACE_MS, audit_emit_interval_ms=1000,
-                load_schedule="@once", demo={"rate": 50})
+    topo.update(SMALL_WINDOWS)
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     state = tmp_path / "state"
     try:
@@ -62,10 +60,10 @@ def test_topology(tmp_path):
         wait_recovered(audit, 0)
         airflow = f"http://127.{net}.2.50:{topo['ports']['airflow']}"
         password = json.loads((state / "offline-airflow" / "passwords.json").read_text())["admin"]
-        token = requests.post(f"{airflow}/auth/token", json={"username": "admin", "password": password},
-                              timeout=30).json()["access_token"]
+        token = airflow_token(airflow, password)
+        report = state / "offline-airflow" / "data" / "warehouse" / "_audit" / "report.json"
         first_cut = run_dag(airflow, token)
-        check_complete(state, audit, airflow, token, until_ms=first_cut)
+        check_complete(json.loads(report.read_text()), audit, airflow, token, until_ms=first_cut)
 
         # failures during traffic: kill -9 a live broker and the mirror, then `logbus up` brings them back
         records = {n: json.loads((state / "pids" / f"{n}.json").read_text()) for n in ("live-broker2",
@@ -79,7 +77,7 @@ def test_topology(tmp_path):
         assert "live-broker2             started" in out.stdout and "offline-mirror-live      started" in out.stdout
         wait_recovered(audit, killed_at)  # the mirror caught up: offline complete again after the failures
         second_cut = run_dag(airflow, token)
-        rows = check_complete(state, audit, airflow, token, until_ms=second_cut)
+        rows = check_complete(json.loads(report.read_text()), audit, airflow, token, until_ms=second_cut)
         assert any(r["window_start"] > killed_at for r in rows), "no window after the failures was checked"
     finally:
         out = logbus("down", "--state-dir", str(state), timeout=300)
@@ -88,53 +86,3 @@ def test_topology(tmp_path):
             os.kill(pid, signal.SIGKILL)
     assert out.returncode == 0, out.stderr
     assert left == [], f"processes left behind by logbus down: {left}"
-
-
-def wait_recovered(audit: str, since_ms: int) -> None:
-    """Until the audit service shows, for windows closed since ``since_ms`` (at least two), 100% at both
-    cluster tiers."""
-    def recovered():
-        now = int(time.time() * 1000)
-        rows = [r for r in requests.get(f"{audit}/api/report", params={"from": since_ms}, timeout=30).json()
-                if r["window_start"] >= since_ms and r["window_end"] + GRACE_MS < now]
-        return (len({r["window_start"] for r in rows}) >= 2 and {r["tier"] for r in rows} == {"live", "offline"}
-                and all(r["completeness"] == 100.0 for r in rows))
-
-    wait_until(recovered, 240, interval=2, what="windows complete at the live and offline tiers")
-
-
-def run_dag(airflow: str, token: str) -> int:
-    """Trigger logbus_load, wait for success; returns the trigger time (ms): windows closed before it must be
-    complete in its report."""
-    headers = {"Authorization": f"Bearer {token}"}
-    triggered = int(time.time() * 1000)
-    r = requests.post(f"{airflow}/api/v2/dags/logbus_load/dagRuns", json={"logical_date": None},
-                      headers=headers, timeout=30)
-    assert r.status_code == 200, r.text
-    run_id = r.json()["dag_run_id"]
-
-    def finished():
-        state = requests.get(f"{airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}", headers=headers,
-                             timeout=30).json()["state"]
-        assert state != "failed", "the logbus_load run failed"
-        return state == "success"
-
-    wait_until(finished, 400, interval=2, what="the logbus_load run")
-    return triggered
-
-
-def check_complete(state: Path, audit: str, airflow: str, token: str, until_ms: int) -> list[dict]:
-    """Every window closed (end + grace) before ``until_ms``: 100% at every tier, in the loads report, the audit
-    service and the Airflow page."""
-    report = json.loads((state / "offline-airflow" / "data" / "warehouse" / "_audit" / "report.json").read_text())
-    closed = [r for r in report["rows"] if r["window_end"] + GRACE_MS < until_ms - 2000]
-    assert {r["tier"] for r in closed} == {"live", "offline", "warehouse"}, report["rows"][:5]
-    bad = [r for r in closed if r["missing"] or r["completeness"] != 100.0]
-    assert not bad, bad[:5]
-    service_rows = requests.get(f"{audit}/api/report", params={"to": until_ms - 2000 - GRACE_MS}, timeout=30).json()
-    assert service_rows and all(r["completeness"] == 100.0 for r in service_rows
-                                if r["window_end"] + GRACE_MS < until_ms - 2000)
-    page = requests.get(f"{airflow}/logbus-audit/", headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    assert page.status_code == 200 and "<th colspan=6>warehouse</th>" in page.text
-    assert requests.get(f"{audit}/", timeout=30).status_code == 200
-    return closed

@@ -1,28 +1,64 @@
 """ListOffsets (key 2), v1–7: earliest (-2), latest (-1), max timestamp (-3), or the first offset whose
-timestamp is at or after a given time (time index, then the records of one batch)."""
+timestamp is at or after a given time (time index, then the records of one batch).
+
+A timestamp lookup decompresses and walks the records of a batch (bounded: ``record_reader``), so that scan
+runs in a worker thread; the index lookups and the read of the batch stay on the event loop, which owns the log
+(its indexes are not thread-safe). This is ``PartitionLog.offset_for_timestamp`` split at that line. A batch in
+the log that cannot be read answers CORRUPT_MESSAGE for that partition (what Kafka answers when a read throws
+CorruptRecordException), a failed read KAFKA_STORAGE_ERROR; the other partitions are answered normally.
+"""
+
+import asyncio
+import logging
+import os
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.protocol.record_reader import first_at_or_after
+from broker.protocol.records import InvalidBatch
 
 KEY = 2
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+log = logging.getLogger(__name__)
 
 
-def lookup(plog, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) answering one partition's query; (-1, -1) when no record is that recent."""
+async def offset_for_timestamp(plog, timestamp: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record with a timestamp >= ``timestamp``, or None."""
+    for segment in list(plog.segments):
+        found = segment.find_timestamp(timestamp)
+        if found is None:
+            continue
+        position, size = found
+        batch = os.pread(segment.fd, size, position)
+        hit = await asyncio.to_thread(first_at_or_after, batch, timestamp, plog.log_start_offset)
+        if hit is not None:
+            return hit
+    return None
+
+
+async def lookup(plog, timestamp: int) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) answering one partition's query; (-1, -1) when no record is that recent."""
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return ErrorCode.none, -1, plog.high_watermark
     if timestamp == EARLIEST:
-        return -1, plog.log_start_offset
+        return ErrorCode.none, -1, plog.log_start_offset
     if timestamp == MAX_TIMESTAMP:
-        found = plog.offset_of_max_timestamp()
-        return found if found is not None else (-1, -1)
-    found = plog.offset_for_timestamp(timestamp)
-    return found if found is not None else (-1, -1)
+        timestamp = max((s.max_timestamp for s in plog.segments), default=-1)
+        if timestamp < 0:
+            return ErrorCode.none, -1, -1
+    try:
+        found = await offset_for_timestamp(plog, timestamp)
+    except InvalidBatch as exc:
+        log.warning("ListOffsets %s-%d at %d: unreadable batch: %s", plog.topic, plog.partition, timestamp, exc)
+        return ErrorCode.corrupt_message, -1, -1
+    except OSError as exc:
+        log.warning("ListOffsets %s-%d at %d: %s", plog.topic, plog.partition, timestamp, exc)
+        return ErrorCode.kafka_storage_error, -1, -1
+    return (ErrorCode.none, *found) if found is not None else (ErrorCode.none, -1, -1)
 
 
 @handles(KEY, "ListOffsets", 1, 7)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     partition_cls = nested(cls, "ListOffsetsPartitionResponse")
@@ -41,8 +77,8 @@ def handle(broker, header, request):
                 results.append(build(partition_cls, partition_index=p.partition_index, error_code=error,
                                      timestamp=-1, offset=-1))
                 continue
-            timestamp, offset = lookup(plog, p.timestamp)
-            results.append(build(partition_cls, partition_index=p.partition_index, error_code=0,
+            error, timestamp, offset = await lookup(plog, p.timestamp)
+            results.append(build(partition_cls, partition_index=p.partition_index, error_code=error,
                                  timestamp=timestamp, offset=offset, leader_epoch=plog.leader_epoch))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(results)))
     return build(cls, throttle_time=0, topics=tuple(topics))

@@ -1,8 +1,18 @@
-"""Produce (key 0), v3–9: validate each partition's batches (magic 2, CRC-32C, sizes) and append them.
+"""Produce (key 0), v3–9: validate each partition's batches and append them.
 
-Per batch work only: headers are read with one struct call, the CRC is checked in C, and the bytes are written
-as received with base offset and leader epoch patched. A partition whose bytes are invalid gets an error and
-nothing of it is written; the other partitions of the request are unaffected.
+Validation is Kafka's (see :mod:`broker.protocol.validation` for every rule and its error code): framing, size
+and CRC-32C of each batch, then its records — count and offsets, structure, compressed payloads decompressed
+with a cap of ``message.max.bytes``, keys on compacted topics. A partition whose bytes are invalid gets an error
+and nothing of it is written; the other partitions of the request are unaffected. Valid bytes are written as
+received with base offset and leader epoch patched.
+
+No request may hold the event loop for long. Framing and CRC (C-speed) are checked inline; the records too when
+they hold at most ``validation.INLINE_BUDGET`` bytes, decompressed (a thread hand-off costs more than checking
+them, and a producer's connection waits for it: batch-1 and batch-50 producers stay inline, compressed or not).
+Decompression stops at that budget, so a bomb costs the loop microseconds; every record set over it goes, with
+the others of the request, in one hop to a small worker pool. Appends run on the event loop (the log is not
+thread-safe), in request order, after the partition's leadership is checked again; a connection's requests are
+handled one at a time, so its order is kept.
 
 In cluster mode only the leader accepts writes (NOT_LEADER_OR_FOLLOWER otherwise). ``acks=all`` first checks
 ``min.insync.replicas`` against the ISR (NOT_ENOUGH_REPLICAS, nothing appended), then waits in the partition's
@@ -10,7 +20,10 @@ purgatory until the ISR has the batch (the high watermark passes it) or ``timeou
 (REQUEST_TIMED_OUT).
 """
 
+from __future__ import annotations
+
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from broker.handlers.registry import NO_RESPONSE, RawResponse, handles
 from broker.log.log import PartitionLog
@@ -19,54 +32,125 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
 )
-from broker.protocol import produce_response, record_reader, records
+from broker.protocol import produce_response, records, validation
 from broker.protocol.messages import ErrorCode, ms
 
 KEY = 0
 ACKS_ALL = -1
+# Validation is CPU work under the GIL: two threads are enough to keep it off the loop, and bound how much of
+# it runs at once however many producers send compressed batches.
+_VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-validation")
 
 
-def append_partition(broker, topic: str, partition: int, data, acks: int) -> tuple[ErrorCode, int, int, str | None,
-                                                                                   int]:
-    """(error, base offset, log start offset, message, offset to wait for) for one partition's record set."""
-    info = broker.topics.get(topic)
-    if info is None or not 0 <= partition < info.partitions:
-        return ErrorCode.unknown_topic_or_partition, -1, -1, None, -1
-    if data is None:
-        return ErrorCode.invalid_record, -1, -1, "null record set", -1
-    error, plog = broker.leader_log(topic, partition)
+class _Partition:
+    """One partition of a request on its way through admission, validation and append."""
+
+    __slots__ = ("result", "topic", "index", "data", "plog", "cap", "compacted", "outcome")
+
+    def __init__(self, result: list, topic: str, index: int, data):
+        self.result = result  # [index, error, base offset, log start offset, message]: the response entry
+        self.topic, self.index, self.data = topic, index, data
+        self.plog: PartitionLog | None = None
+        self.cap = 0  # the topic's message.max.bytes, read on the loop at admission
+        self.compacted = False
+        self.outcome = None  # a BatchSummary, or the InvalidBatch that rejected the data
+
+    def fail(self, error: ErrorCode, message: str | None = None, start: int = -1) -> None:
+        self.result[1:] = [error.value, -1, start, message]
+
+
+def admit(broker, part: _Partition, acks: int) -> bool:
+    """The checks before validation: topic, partition, leadership, ISR. False (and an error) if one fails."""
+    info = broker.topics.get(part.topic)
+    if info is None or not 0 <= part.index < info.partitions:
+        part.fail(ErrorCode.unknown_topic_or_partition)
+        return False
+    if part.data is None:
+        part.fail(ErrorCode.invalid_record, "null record set")
+        return False
+    error, plog = broker.leader_log(part.topic, part.index)
     if plog is None:
-        return error, -1, -1, None, -1
-    plog: PartitionLog
+        part.fail(error)
+        return False
     if acks == ACKS_ALL and broker.cluster is not None:
-        part = broker.cluster.partition(topic, partition)
+        isr = broker.cluster.partition(part.topic, part.index).isr
         needed = int(info.configs.get("min.insync.replicas", broker.config["min.insync.replicas"]))
-        if len(part.isr) < needed:
-            return (ErrorCode.not_enough_replicas, -1, plog.log_start_offset,
-                    f"ISR {list(part.isr)} is smaller than min.insync.replicas={needed}", -1)
+        if len(isr) < needed:
+            part.fail(ErrorCode.not_enough_replicas, f"ISR {list(isr)} is smaller than min.insync.replicas={needed}",
+                      plog.log_start_offset)
+            return False
+    part.plog = plog
+    part.cap = plog.config.max_message_bytes
+    part.compacted = broker.cleaner.compacted(part.topic)
+    return True
+
+
+def validate_inline(part: _Partition) -> bool:
+    """Validate on the event loop within the inline budget; False if the records need a worker thread."""
     try:
-        summary = records.validate(data, plog.config.max_message_bytes + records.LOG_OVERHEAD)
-    except records.BatchTooLarge as exc:
-        return ErrorCode.message_too_large, -1, plog.log_start_offset, str(exc), -1
+        summary = records.validate(part.data, part.cap + records.LOG_OVERHEAD)
+        validation.check_records(part.data, part.cap, part.compacted, budget=validation.INLINE_BUDGET)
+    except validation.OverBudget:
+        part.outcome = summary  # framing checked; the records are still to do
+        return False
     except records.InvalidBatch as exc:
-        return ErrorCode.corrupt_message, -1, plog.log_start_offset, str(exc), -1
-    if broker.cleaner.compacted(topic) and not record_reader.keys_present(data):
-        return (ErrorCode.invalid_record, -1, plog.log_start_offset,
-                "compacted topic: every record needs a key", -1)
+        part.outcome = exc
+    else:
+        part.outcome = summary
+    return True
+
+
+def _check_records(parts: list[_Partition]) -> None:
+    """In a worker thread: the records of partitions over the inline budget (touches nothing shared)."""
+    for part in parts:
+        try:
+            validation.check_records(part.data, part.cap, part.compacted)
+        except records.InvalidBatch as exc:
+            part.outcome = exc
+
+
+def rejection(exc: records.InvalidBatch) -> ErrorCode:
+    if isinstance(exc, records.BatchTooLarge):
+        return ErrorCode.message_too_large
+    if isinstance(exc, records.InvalidRecord):
+        return ErrorCode.invalid_record
+    return ErrorCode.corrupt_message
+
+
+def append(broker, part: _Partition, awaited: bool) -> int:
+    """Append a validated partition's bytes; sets its response entry, returns the offset to wait for (-1: none).
+    ``awaited``: the loop ran other work since admission, so leadership is checked again first."""
+    plog = part.plog
+    if isinstance(part.outcome, records.InvalidBatch):
+        part.fail(rejection(part.outcome), str(part.outcome), plog.log_start_offset)
+        return -1
+    if awaited:  # deleted, or leadership moved, while the records were checked?
+        if broker.topics.get(part.topic) is None:
+            part.fail(ErrorCode.unknown_topic_or_partition)
+            return -1
+        error, current = broker.leader_log(part.topic, part.index)
+        if current is not plog:
+            part.fail(error if current is None else ErrorCode.not_leader_or_follower)
+            return -1
     try:
-        base = plog.append(data, summary)
+        base = plog.append(part.data, part.outcome)
     except DuplicateSequence as dup:
-        return ErrorCode.none, dup.base_offset, plog.log_start_offset, None, dup.base_offset + 1
+        part.result[1:] = [ErrorCode.none.value, dup.base_offset, plog.log_start_offset, None]
+        return dup.base_offset + 1
     except OutOfOrderSequence as exc:
-        return ErrorCode.out_of_order_sequence_number, -1, plog.log_start_offset, str(exc), -1
+        part.fail(ErrorCode.out_of_order_sequence_number, str(exc), plog.log_start_offset)
+        return -1
     except InvalidProducerEpoch as exc:
-        return ErrorCode.invalid_producer_epoch, -1, plog.log_start_offset, str(exc), -1
+        part.fail(ErrorCode.invalid_producer_epoch, str(exc), plog.log_start_offset)
+        return -1
     except OSError as exc:
-        return ErrorCode.kafka_storage_error, -1, plog.log_start_offset, str(exc), -1
+        part.fail(ErrorCode.kafka_storage_error, str(exc), plog.log_start_offset)
+        return -1
     if broker.cluster is not None:
-        broker.cluster.partition(topic, partition).maybe_advance_high_watermark()
-    broker.notify_append(topic, partition)
-    return ErrorCode.none, base, plog.log_start_offset, None, plog.log_end_offset
+        broker.cluster.partition(part.topic, part.index).maybe_advance_high_watermark()
+    broker.notify_append(part.topic, part.index)
+    part.result[1:] = [ErrorCode.none.value, base, plog.log_start_offset, None]
+    return plog.log_end_offset
 
 
 async def wait_committed(broker, topic: str, partition: int, offset: int, timeout: float) -> ErrorCode:
@@ -86,20 +170,26 @@ async def wait_committed(broker, topic: str, partition: int, offset: int, timeou
 async def handle(broker, header, request):
     acks = request.acks
     topics = []
-    waits = []
+    admitted: list[_Partition] = []
     for topic in request.topic_data:
         results = []
         for pdata in topic.partition_data:
+            part = _Partition([pdata.index, ErrorCode.none.value, -1, -1, None], topic.name, pdata.index,
+                              pdata.records)
+            results.append(part.result)
             if acks not in (0, 1, ACKS_ALL):
-                error, base, start, message, end = ErrorCode.invalid_required_acks, -1, -1, None, -1
-            else:
-                error, base, start, message, end = append_partition(broker, topic.name, pdata.index, pdata.records,
-                                                                    acks)
-            result = [pdata.index, error.value, base, start, message]
-            results.append(result)
-            if acks == ACKS_ALL and broker.cluster is not None and error == ErrorCode.none:
-                waits.append((result, topic.name, pdata.index, end))
+                part.fail(ErrorCode.invalid_required_acks)
+            elif admit(broker, part, acks):
+                admitted.append(part)
         topics.append((topic.name, results))
+    heavy = [part for part in admitted if not validate_inline(part)]
+    if heavy:
+        await asyncio.get_running_loop().run_in_executor(_VALIDATORS, _check_records, heavy)
+    waits = []
+    for part in admitted:
+        end = append(broker, part, awaited=bool(heavy))
+        if end >= 0 and acks == ACKS_ALL and broker.cluster is not None:
+            waits.append((part.result, part.topic, part.index, end))
     if waits:
         timeout = max(ms(request.timeout), 0) / 1000
         outcomes = await asyncio.gather(*(wait_committed(broker, t, p, end, timeout) for _, t, p, end in waits))

@@ -18,6 +18,10 @@ cleaner takes the log with the highest dirty ratio (dirty bytes / cleanable byte
 4. moves the checkpoint (``cleaner-offset-checkpoint``, Kafka's format) to the end of the cleaned range.
 
 The record-level work runs in a worker thread on immutable (non-active) segments; the swap runs on the loop.
+Records are read with the bounded parser of ``record_reader`` (decompression capped at the larger of the topic's
+``message.max.bytes`` and ``STORED_BATCH_CAP``). A batch that cannot be read (a payload that does not decompress,
+records that do not parse: possible only for data written before produce validated records) is logged and kept
+as it is: its keys are left out of the offset map, so nothing it might supersede is dropped.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from broker.log.log import PartitionLog
 from broker.log.manager import read_checkpoint, write_checkpoint
 from broker.log.segment import LogSegment
 from broker.protocol import records
-from broker.protocol.record_reader import rebuild_batch, records_of
+from broker.protocol.record_reader import STORED_BATCH_CAP, rebuild_batch, records_of
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "cleaner-offset-checkpoint"
@@ -54,23 +58,39 @@ def _batches(path: str, size: int):
         pos += header.size
 
 
-def build_offset_map(paths: list[tuple[str, int]]) -> dict[bytes, int]:
+def _records(path: str, batch, cap: int):
+    """records_of(batch), or None (logged) if the batch cannot be read."""
+    try:
+        return records_of(batch, cap)
+    except records.InvalidBatch as exc:
+        header = records.read_header(batch)
+        log.warning("cleaner: keeping unreadable batch at offset %d of %s as it is: %s", header.base_offset, path,
+                    exc)
+        return None
+
+
+def build_offset_map(paths: list[tuple[str, int]], cap: int = STORED_BATCH_CAP) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for path, size in paths:
         for batch in _batches(path, size):
-            _, recs = records_of(batch)
-            for offset, key, _tombstone, _raw in recs:
+            parsed = _records(path, batch, cap)
+            for offset, key, _tombstone, _raw in parsed[1] if parsed else ():
                 if key is not None:
                     latest[_digest(key)] = offset
     return latest
 
 
-def clean_segment(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int) -> tuple[int, int]:
+def clean_segment(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int,
+                  cap: int = STORED_BATCH_CAP) -> tuple[int, int]:
     """Write ``path.cleaned`` with the surviving records; returns (records kept, records dropped)."""
     kept = dropped = 0
     with open(path + ".cleaned", "wb") as out:
         for batch in _batches(path, size):
-            header, recs = records_of(batch)
+            parsed = _records(path, batch, cap)
+            if parsed is None:
+                out.write(batch)
+                continue
+            header, recs = parsed
             survivors = []
             for offset, key, tombstone, raw in recs:
                 if key is not None and latest.get(_digest(key), -1) > offset:
@@ -144,10 +164,11 @@ class LogCleaner:
         dirty = [(s.path, s.size) for s in segments if s.base_offset >= first_dirty]
         following = plog.segments[plog.segments.index(segments[-1]) + 1].base_offset
         started = time.monotonic()
-        latest = await asyncio.to_thread(build_offset_map, dirty)
+        cap = max(plog.config.max_message_bytes, STORED_BATCH_CAP)
+        latest = await asyncio.to_thread(build_offset_map, dirty, cap)
         jobs = [(s, s.path, s.size) for s in segments]
         results = await asyncio.to_thread(
-            lambda: [clean_segment(path, size, latest, cutoff) for _, path, size in jobs])
+            lambda: [clean_segment(path, size, latest, cutoff, cap) for _, path, size in jobs])
         for segment, path, _ in jobs:
             self._swap(plog, segment, path)
         self.first_dirty[(plog.topic, plog.partition)] = following

@@ -17,7 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker.protocol import guard
-from broker.protocol.guard import MalformedRequest
+from broker.protocol.guard import MalformedRequest, write_uvarint  # noqa: F401 (re-exported)
 
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhih")
@@ -46,15 +46,6 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 35:
             raise MalformedRequest("varint too long")
-
-
-def write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @lru_cache(maxsize=None)

@@ -218,7 +218,7 @@ def _without_unknown_tags(buf, sections) -> bytes:
     out, pos = bytearray(), 0
     for start, count_end, kept, dropped in sections:
         out += buf[pos:start]
-        out += _uvarint_bytes(kept)
+        out += write_uvarint(kept)
         pos = count_end
         for drop_start, drop_end in dropped:
             out += buf[pos:drop_start]
@@ -227,7 +227,7 @@ def _without_unknown_tags(buf, sections) -> bytes:
     return bytes(out)
 
 
-def _uvarint_bytes(value: int) -> bytes:
+def write_uvarint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

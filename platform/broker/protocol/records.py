@@ -8,8 +8,13 @@ Layout (big-endian), from Kafka's ``DefaultRecordBatch``::
     53 baseSequence int32      | 57 recordCount int32 | 61 records...
 
 Base offset and leader epoch are outside the CRC, so the broker patches them in place; nothing else in a
-batch is ever rewritten. Only header fields are read here: no per-record work on the produce/fetch path.
-This module does no I/O.
+batch is ever rewritten. Only header fields are read here (the records themselves: ``record_reader``, and what
+a produce request must satisfy beyond framing and CRC: ``validation``). This module does no I/O.
+
+Errors, and what a producer is told: :class:`CorruptBatch` (framing, CRC, a payload that does not decompress)
+is CORRUPT_MESSAGE, :class:`InvalidRecord` (counts, offsets, record structure: Kafka's InvalidRecordException)
+is INVALID_RECORD, :class:`BatchTooLarge` is MESSAGE_TOO_LARGE; any other :class:`InvalidBatch` is
+CORRUPT_MESSAGE.
 """
 
 from __future__ import annotations
@@ -32,7 +37,11 @@ class InvalidBatch(ValueError):
 
 
 class CorruptBatch(InvalidBatch):
-    """A batch's CRC does not match its contents."""
+    """A batch's CRC does not match its contents, or its payload does not decompress."""
+
+
+class InvalidRecord(InvalidBatch):
+    """A batch whose header and records disagree, or a record that does not parse (InvalidRecordException)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +114,7 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
         if size > max_batch_bytes:
             raise BatchTooLarge(size)
         if header.last_offset_delta < 0 or header.record_count < 0:
-            raise InvalidBatch("negative record count")
+            raise InvalidRecord("negative record count")
         if crc32c.crc32c(view[pos + 21 : pos + size]) != header.crc:
             raise CorruptBatch("CRC-32C mismatch")
         if batches == 0:
@@ -123,8 +132,10 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
 
 
 class BatchTooLarge(InvalidBatch):
-    def __init__(self, size: int):
-        super().__init__(f"batch of {size} bytes exceeds message.max.bytes")
+    """A batch (or what it decompresses to) over ``message.max.bytes`` (RecordTooLargeException)."""
+
+    def __init__(self, size: int, message: str | None = None):
+        super().__init__(message or f"batch of {size} bytes exceeds message.max.bytes")
         self.size = size
 
 

@@ -1,0 +1,88 @@
+"""Checks shared by the whole-topology tests (``tests/e2e``: ``logbus up``; ``tests/compose``: docker-compose): small
+audit windows, waiting for the live and offline tiers to be complete, triggering the load DAG through Airflow's REST
+API, and the report at 100% for every closed window at every tier."""
+
+from __future__ import annotations
+
+import time
+
+import requests
+from support import wait_until
+
+WINDOW_MS, GRACE_MS = 4000, 4000
+# a topology's settings for a bounded test: 4 s windows, the load DAG only when triggered (plus its @once run)
+SMALL_WINDOWS = {"audit_window_ms": WINDOW_MS, "audit_grace_ms": GRACE_MS, "audit_emit_interval_ms": 1000,
+                 "load_schedule": "@once", "demo": {"rate": 50}}
+
+
+def airflow_token(airflow: str, password: str) -> str:
+    """A bearer token for Airflow's REST API, logged in as admin (a slow or restarting API server: tried again)."""
+    def token():
+        try:
+            r = requests.post(f"{airflow}/auth/token", json={"username": "admin", "password": password}, timeout=60)
+        except (requests.ConnectionError, requests.Timeout):
+            return None
+        assert r.status_code in (200, 201), r.text
+        return r.json()["access_token"]
+
+    return wait_until(token, 300, interval=2, what="a token from Airflow's /auth/token")
+
+
+def _polled(get):
+    """A polling predicate that counts a connection error or a timeout as "not yet" (a busy machine can make a
+    service miss a request's timeout); a service that stays down fails the wait's own timeout."""
+    def predicate():
+        try:
+            return get()
+        except (requests.ConnectionError, requests.Timeout):
+            return False
+    return predicate
+
+
+def wait_recovered(audit: str, since_ms: int, timeout: float = 240) -> None:
+    """Until the audit service shows, for windows closed since ``since_ms`` (at least two), 100% at both
+    cluster tiers."""
+    def recovered():
+        now = int(time.time() * 1000)
+        rows = [r for r in requests.get(f"{audit}/api/report", params={"from": since_ms}, timeout=30).json()
+                if r["window_start"] >= since_ms and r["window_end"] + GRACE_MS < now]
+        return (len({r["window_start"] for r in rows}) >= 2 and {r["tier"] for r in rows} == {"live", "offline"}
+                and all(r["completeness"] == 100.0 for r in rows))
+
+    wait_until(_polled(recovered), timeout, interval=2, what="windows complete at the live and offline tiers")
+
+
+def run_dag(airflow: str, token: str, timeout: float = 400) -> int:
+    """Trigger logbus_load, wait for success; returns the trigger time (ms): windows closed before it must be
+    complete in its report."""
+    headers = {"Authorization": f"Bearer {token}"}
+    triggered = int(time.time() * 1000)
+    r = requests.post(f"{airflow}/api/v2/dags/logbus_load/dagRuns", json={"logical_date": None},
+                      headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+
+    def finished():
+        state = requests.get(f"{airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}", headers=headers,
+                             timeout=30).json()["state"]
+        assert state != "failed", "the logbus_load run failed"
+        return state == "success"
+
+    wait_until(_polled(finished), timeout, interval=2, what="the logbus_load run")
+    return triggered
+
+
+def check_complete(report: dict, audit: str, airflow: str, token: str, until_ms: int) -> list[dict]:
+    """Every window closed (end + grace) before ``until_ms``: 100% at every tier, in the loads' report (``report``:
+    the reconcile task's ``_audit/report.json`` under the warehouse), the audit service and the Airflow page."""
+    closed = [r for r in report["rows"] if r["window_end"] + GRACE_MS < until_ms - 2000]
+    assert {r["tier"] for r in closed} == {"live", "offline", "warehouse"}, report["rows"][:5]
+    bad = [r for r in closed if r["missing"] or r["completeness"] != 100.0]
+    assert not bad, bad[:5]
+    service_rows = requests.get(f"{audit}/api/report", params={"to": until_ms - 2000 - GRACE_MS}, timeout=30).json()
+    assert service_rows and all(r["completeness"] == 100.0 for r in service_rows
+                                if r["window_end"] + GRACE_MS < until_ms - 2000)
+    page = requests.get(f"{airflow}/logbus-audit/", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    assert page.status_code == 200 and "<th colspan=6>warehouse</th>" in page.text
+    assert requests.get(f"{audit}/", timeout=30).status_code == 200
+    return closed
