@@ -763,6 +763,10 @@ def _failure_message(fuzzer: Fuzzer) -> str:
     return "\n\n".join(parts)
 
 
+class _Enough(Exception):
+    """The time budget is spent, or (not COLLECT) a fatal finding stopped the run."""
+
+
 def test_fuzz_broker(fresh_broker):
     fuzzer = Fuzzer(fresh_broker)
     fuzzer.start()
@@ -779,17 +783,17 @@ def test_fuzz_broker(fresh_broker):
                   phases=[Phase.generate], suppress_health_check=list(HealthCheck), print_blob=False)
         @given(st.data())
         def generated(data):
-            if fuzzer.stopped:
-                fuzzer.counts["skipped"] += 1
-                return
-            if fuzzer.deadline is not None and time.monotonic() > fuzzer.deadline:
-                fuzzer.counts["skipped"] += 1
-                return
-            fuzzer.run_case(data.draw(strategy), "generated")
+            case = data.draw(strategy)  # always drawn: hypothesis refuses a case that draws less on a re-run
+            if fuzzer.stopped or (fuzzer.deadline is not None and time.monotonic() > fuzzer.deadline):
+                raise _Enough()  # ends the run at once (the same on hypothesis's re-run of this case)
+            fuzzer.run_case(case, "generated")
 
         if SEED is not None:
             generated = seed(int(SEED))(generated)
-        generated()
+        try:
+            generated()
+        except _Enough:
+            pass
         verify = fuzzer.verify_after_kill9()
     except BaseException:
         if fuzzer.probe is not None:
