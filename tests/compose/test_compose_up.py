@@ -216,6 +216,11 @@ def test_compose_up(tmp_path):
 
     stack = Stack(stack_dir, f"logbus-test-{uuid.uuid4().hex[:8]}")
     figures: dict = {"image_gb": size / 1e9}
+
+    def terminated(signum, frame):  # `timeout`, CI cancelling: still tear the stack down (the finally below)
+        raise SystemExit(f"terminated by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         # 3. up, and the time until every service is healthy (or running, without a health check)
         t0 = time.monotonic()
@@ -391,6 +396,7 @@ def test_compose_up(tmp_path):
             run(["docker", "network", "rm", *left["networks"]])
         if left["volumes"]:
             run(["docker", "volume", "rm", "-f", *left["volumes"]])
+        signal.signal(signal.SIGTERM, previous)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(left.values()), f"left behind by docker-compose down -v --remove-orphans: {left}"
 
@@ -407,8 +413,13 @@ def test_compose_up(tmp_path):
     print(f"| logbus_load run, triggered through the REST API (trigger to success) | {figures['dag_s']:.0f} s |")
     print(f"| kill -9 to restarted and healthy | {figures['restart_s']:.0f} s |")
     print(f"| `down -v --remove-orphans` | {figures['down_s']:.0f} s |")
-    assert not crashed, (f"services crashed (restarted by Docker) before any fault was injected: {crashed}; "
-                         "the start of their logs is printed above")
-    assert not false_lost, (f"the loads' report marks {len(false_lost)} warehouse row(s) lost that closed after the "
-                            f"plan task started at {plan_ms} (they must be pending), e.g. {false_lost[0]}")
-    assert not zombies, f"zombie processes in the offline-airflow container: {zombies}"
+    problems = []
+    if crashed:
+        problems.append(f"services crashed (restarted by Docker) before any fault was injected: {crashed} (the start "
+                        "of their logs is printed above)")
+    if false_lost:
+        problems.append(f"the loads' report marks {len(false_lost)} warehouse row(s) lost that closed after the plan "
+                        f"task started at {plan_ms} (they must be pending), e.g. {false_lost[0]}")
+    if zombies:
+        problems.append(f"{len(zombies)} zombie process(es) in the offline-airflow container: {zombies}")
+    assert not problems, "\n".join(problems)
