@@ -2,15 +2,14 @@
 timestamp is at or after a given time (time index, then the records of one batch).
 
 A timestamp lookup decompresses and walks the records of a batch (bounded: ``record_reader``), so that scan
-runs in a worker thread; the index lookups and the read of the batch stay on the event loop, which owns the log
-(its indexes are not thread-safe). This is ``PartitionLog.offset_for_timestamp`` split at that line. A batch in
+runs in a worker thread; the index lookups and the read of the batch (``PartitionLog.timestamp_batches``) stay
+on the event loop, which owns the log (its indexes are not thread-safe). A batch in
 the log that cannot be read answers CORRUPT_MESSAGE for that partition (what Kafka answers when a read throws
 CorruptRecordException), a failed read KAFKA_STORAGE_ERROR; the other partitions are answered normally.
 """
 
 import asyncio
 import logging
-import os
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -23,13 +22,8 @@ log = logging.getLogger(__name__)
 
 
 async def offset_for_timestamp(plog, timestamp: int) -> tuple[int, int] | None:
-    """(timestamp, offset) of the first record with a timestamp >= ``timestamp``, or None."""
-    for segment in list(plog.segments):
-        found = segment.find_timestamp(timestamp)
-        if found is None:
-            continue
-        position, size = found
-        batch = os.pread(segment.fd, size, position)
+    """``PartitionLog.offset_for_timestamp`` with the record scans in a worker thread."""
+    for batch in plog.timestamp_batches(timestamp):
         hit = await asyncio.to_thread(first_at_or_after, batch, timestamp, plog.log_start_offset)
         if hit is not None:
             return hit
@@ -43,7 +37,7 @@ async def lookup(plog, timestamp: int) -> tuple[ErrorCode, int, int]:
     if timestamp == EARLIEST:
         return ErrorCode.none, -1, plog.log_start_offset
     if timestamp == MAX_TIMESTAMP:
-        timestamp = max((s.max_timestamp for s in plog.segments), default=-1)
+        timestamp = plog.max_timestamp
         if timestamp < 0:
             return ErrorCode.none, -1, -1
     try:

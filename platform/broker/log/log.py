@@ -19,7 +19,7 @@ from broker.log.index import INT32_MAX
 from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import FileRegion, LogSegment
 from broker.protocol import records
-from broker.protocol.record_reader import record_timestamps
+from broker.protocol.record_reader import first_at_or_after
 
 log = logging.getLogger(__name__)
 PRODUCER_SNAPSHOT = "producer.snapshot"
@@ -292,27 +292,32 @@ class PartitionLog:
             i += 1
         return None
 
+    def timestamp_batches(self, timestamp: int):
+        """Whole batches, in log order, that may hold the first record with a timestamp >= ``timestamp``: per
+        segment, the first batch whose max timestamp reaches it. Only indexes and one read per segment: scanning
+        the records (decompression, bounded) is the caller's, which may do it off the event loop."""
+        for segment in list(self.segments):
+            found = segment.find_timestamp(timestamp)
+            if found is not None:
+                position, size = found
+                yield os.pread(segment.fd, size, position)
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with a timestamp >= ``timestamp``, or None."""
-        for segment in self.segments:
-            found = segment.find_timestamp(timestamp)
-            if found is None:
-                continue
-            position, size = found
-            for offset, ts in record_timestamps(os.pread(segment.fd, size, position)):
-                if ts >= timestamp and offset >= self.log_start_offset:
-                    return ts, offset
+        for batch in self.timestamp_batches(timestamp):
+            hit = first_at_or_after(batch, timestamp, self.log_start_offset)
+            if hit is not None:
+                return hit
         return None
+
+    @property
+    def max_timestamp(self) -> int:
+        return max((s.max_timestamp for s in self.segments), default=-1)
 
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the record with the largest timestamp (the first such), or None."""
-        best = None
-        for segment in self.segments:
-            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[0]):
-                best = (segment.max_timestamp, segment)
-        if best is None:
-            return None
-        return self.offset_for_timestamp(best[0])
+        best = self.max_timestamp
+        return None if best < 0 else self.offset_for_timestamp(best)
 
     # ---- retention ----------------------------------------------------------------------------------------
     def apply_retention(self, now_ms: int, schedule_delete) -> int:

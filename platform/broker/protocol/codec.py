@@ -34,18 +34,7 @@ class RequestHeader:
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf):
-            raise MalformedRequest("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise MalformedRequest("varint too long")
+    return guard.read_uvarint(buf, pos, len(buf))
 
 
 @lru_cache(maxsize=None)

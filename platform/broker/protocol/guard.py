@@ -65,7 +65,7 @@ def check(cls, buf, pos: int):
     return buf
 
 
-def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
+def read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
     if pos < end and buf[pos] < 0x80:  # the common case: one byte
         return buf[pos], pos + 1
     shift = result = 0
@@ -113,7 +113,7 @@ def _sized(flexible: bool, nullable: bool, kafka_type: str, name: str):
 
     def step(buf, pos, end):
         if flexible:
-            raw, pos = _uvarint(buf, pos, end)
+            raw, pos = read_uvarint(buf, pos, end)
             length = raw - 1
         else:
             length = _int(buf, pos, width, end)
@@ -131,7 +131,7 @@ def _sized(flexible: bool, nullable: bool, kafka_type: str, name: str):
 def _array(flexible: bool, nullable: bool, element, name: str):
     def step(buf, pos, end):
         if flexible:
-            raw, pos = _uvarint(buf, pos, end)
+            raw, pos = read_uvarint(buf, pos, end)
             count = raw - 1
         else:
             count = _int(buf, pos, 4, end)
@@ -190,14 +190,14 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool, name: str):
 def _tagged_section(tags: dict):
     def step(buf, pos, end):
         start = pos
-        count, pos = _uvarint(buf, pos, end)
+        count, pos = read_uvarint(buf, pos, end)
         if count > end - pos:
             raise MalformedRequest(f"{count} tagged fields but only {end - pos} bytes remain")
         count_end, dropped = pos, []
         for _ in range(count):
             field_start = pos
-            tag, pos = _uvarint(buf, pos, end)
-            size, pos = _uvarint(buf, pos, end)
+            tag, pos = read_uvarint(buf, pos, end)
+            size, pos = read_uvarint(buf, pos, end)
             if size > end - pos:
                 raise MalformedRequest(f"tagged field {tag}: size {size} but only {end - pos} bytes remain")
             known = tags.get(tag)
