@@ -1,7 +1,8 @@
 """One load cycle: plan → load → count → reconcile. ``logbus load --config FILE`` and the Airflow DAG both call
 :func:`run_cycle` (or its steps).
 
-- plan: per topic-partition, [ledger offset (or the log start), high watermark now);
+- plan: per topic-partition, [ledger offset (or the log start), high watermark now); the time of that cut
+  (``planned_at``) goes with the plan into the load's manifest, as the time the warehouse tier is judged against;
 - load: read the ranges with the ``logbus`` data source, decode the Avro values (quarantine what cannot be
   decoded), write Parquet partitioned by date/hour into the load's staging directory, and the warehouse tier
   counts (per topic, window, producer: count and sequence ranges) next to it;
@@ -143,10 +144,13 @@ def tier_counts(good, topic: str, window_ms: int) -> list[dict]:
             for (pid, start), n in sorted(counts.items())]
 
 
-def load(spark, config: LoadConfig, wh, load_id: int, ranges: dict) -> dict:
+def load(spark, config: LoadConfig, wh, load_id: int, ranges: dict, planned_at: float | None = None) -> dict:
+    """Stage one load; ``planned_at`` (epoch seconds): when the plan cut ``ranges``, kept in the manifest."""
     staging = wh.staging(load_id)
     wh.delete(staging)
     summary = {"load_id": load_id, "ranges": ranges, "rows": {}, "quarantined": {}, "started_at": time.time()}
+    if planned_at is not None:
+        summary["planned_at"] = planned_at
     events = []
     for topic in sorted(ranges):
         out = load_topic(spark, config, staging, topic, ranges[topic])
@@ -180,6 +184,25 @@ def warehouse_events(wh) -> list[dict]:
             for (topic, start, pid), m in merged.items()]
 
 
+def warehouse_cut_ms(manifests: list[dict]) -> int:
+    """When the offsets of the last published load were cut (epoch ms): its plan's ``planned_at``. The load task
+    starts later (in Airflow another task, after a Spark start-up), and windows that closed in between are not in
+    the warehouse yet. Manifests written before ``planned_at`` existed fall back to the load's ``started_at``."""
+    if not manifests:
+        return 0
+    last = manifests[-1]
+    cut = last.get("planned_at")
+    return int((last["started_at"] if cut is None else cut) * 1000)
+
+
+def pending_after_cut(rows: list[dict], cut_ms: int, grace_ms: int) -> None:
+    """The warehouse holds what the last load planned: a warehouse row of a window that had not closed (plus the
+    grace period) when the offsets were cut is pending there, not lost."""
+    for r in rows:
+        if r["tier"] == "warehouse" and r["status"] == "lost" and r["window_end"] + grace_ms > cut_ms:
+            r["status"] = "pending"
+
+
 def reconcile_report(spark, config: LoadConfig, wh) -> dict:
     from audit.collector import read_once
     from audit.reconcile import reconcile
@@ -189,12 +212,7 @@ def reconcile_report(spark, config: LoadConfig, wh) -> dict:
     events = (store.events() if store else []) + warehouse_events(wh)
     rows = [r.as_dict() for r in reconcile(events, int(time.time() * 1000), config.grace_ms, config.tiers)]
     rows = [r for r in rows if config.wants(r["topic"])]
-    # the warehouse holds what the last load planned: a window that closed after that plan is still pending there
-    manifests = wh.manifests()
-    planned_ms = int(manifests[-1]["started_at"] * 1000) if manifests else 0
-    for r in rows:
-        if r["tier"] == "warehouse" and r["status"] == "lost" and r["window_end"] + config.grace_ms > planned_ms:
-            r["status"] = "pending"
+    pending_after_cut(rows, warehouse_cut_ms(wh.manifests()), config.grace_ms)
     report = {"generated_at": int(time.time() * 1000), "tiers": config.tiers, "grace_ms": config.grace_ms,
               "malformed": store.stats()["malformed_by_reason"] if store else {}, "rows": rows}
     wh.write_text(wh.path("_audit", "report.json"), json.dumps(report))
@@ -214,13 +232,15 @@ def status_counts(rows: list[dict]) -> dict[str, int]:
 
 
 def plan_step(spark, config: LoadConfig, say=print) -> dict:
-    """Finish or discard what a killed load left, then plan the next load: {"load_id", "ranges"}."""
+    """Finish or discard what a killed load left, then plan the next load: {"load_id", "ranges", "planned_at"}
+    (``planned_at``: epoch seconds taken just before the high watermarks are read, so never after the cut)."""
     from spark_jobs.warehouse import Warehouse
 
     wh = Warehouse(spark, config.warehouse)
     for line in wh.recover():
         say(f"recovery: {line}")
     ledger = wh.ledger()
+    planned_at = time.time()
     ranges = plan(config, ledger)
     load_id = ledger["load_id"] + 1
     if ranges:
@@ -228,7 +248,7 @@ def plan_step(spark, config: LoadConfig, say=print) -> dict:
                                             for p, (a, b) in sorted(parts.items(), key=lambda kv: int(kv[0]))))
     else:
         say("nothing new to load")
-    return {"load_id": load_id, "ranges": ranges}
+    return {"load_id": load_id, "ranges": ranges, "planned_at": planned_at}
 
 
 def load_step(spark, config: LoadConfig, planned: dict, say=print) -> dict:
@@ -245,7 +265,7 @@ def load_step(spark, config: LoadConfig, planned: dict, say=print) -> dict:
     if wh.ledger()["load_id"] >= load_id:
         say(f"load {load_id}: already published")
         return {"load_id": load_id, "skipped": "already published"}
-    summary = load(spark, config, wh, load_id, ranges)
+    summary = load(spark, config, wh, load_id, ranges, planned.get("planned_at"))  # absent: planned by older code
     wh.publish(load_id, summary)
     say(f"load {load_id}: published " + ", ".join(
         f"{t}: {summary['rows'][t]} rows, {summary['quarantined'][t]} quarantined" for t in sorted(ranges)))

@@ -76,6 +76,9 @@ def render(topo: dict) -> tuple[str, dict[str, str]]:
             entry["healthcheck"] = check
         if s.published:
             entry["ports"] = list(s.published)
+        # Docker's init (tini) as PID 1 reaps orphans: processes a service leaves behind (Airflow tasks' Spark JVMs)
+        # would stay zombies under a PID 1 that does not wait for them (`airflow standalone`)
+        entry["init"] = True
         entry["restart"] = "unless-stopped"
         compose_services[s.name] = entry
     text = HEADER + "services:" + _yaml(compose_services, 1) + "volumes:" + _yaml(volumes, 1)
