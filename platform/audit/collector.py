@@ -22,12 +22,13 @@ import time
 from collections import Counter
 
 import fastavro
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from audit.events import AUDIT_TOPIC, SCHEMA
 from audit.reconcile import PRODUCED, ROUND
+from logbus.retry import Backoff
 
 log = logging.getLogger(__name__)
 READER_SCHEMA = fastavro.parse_schema(SCHEMA)
@@ -159,6 +160,18 @@ class ClusterReader(threading.Thread):
                 "positions": {str(p): o for p, o in sorted(self.positions.items())}, "error": self.error}
 
     def run(self) -> None:
+        backoff = Backoff(1.0, 30.0)
+        while not self.stopping.is_set():
+            try:
+                self._follow()
+                return
+            except Exception as exc:  # never fatal: the reader resumes at its positions
+                delay = backoff.next()
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning("%s: reader failed (%s); resuming in %.1f s", self.cluster, self.error, delay)
+                self.stopping.wait(delay)
+
+    def _follow(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"logbus-audit-service-{self.cluster}",
                              "enable.auto.commit": False, "socket.timeout.ms": 10000})
         assigned: set[int] = set()
@@ -220,9 +233,9 @@ def read_to_end(bootstrap: str, topic: str, group_id: str, timeout_s: float = 60
     try:
         md = consumer.list_topics(timeout=20).topics.get(topic)  # naming no topic: never auto-creates it
         for p in (md.partitions if md else ()):
-            position, end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
             deadline = time.monotonic() + timeout_s
+            position, end = _watermarks(consumer, TopicPartition(topic, p), deadline)
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
             while position < end:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{bootstrap}: {topic}[{p}] not read to {end} within {timeout_s}s")
@@ -232,6 +245,20 @@ def read_to_end(bootstrap: str, topic: str, group_id: str, timeout_s: float = 60
                         yield m
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """A partition's (low, high) watermarks, asked again while its leader is not known yet (a topic being
+    created: the metadata can list a partition before any broker serves it)."""
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=max(1.0, min(20.0, deadline - time.monotonic())))
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("%s[%d]: watermarks not available yet (%s); asking again", tp.topic, tp.partition,
+                     exc.args[0])
+            time.sleep(0.5)
 
 
 def read_once(clusters: dict[str, str], registry_url: str, topic: str = AUDIT_TOPIC,

@@ -6,7 +6,9 @@ numbers seen (as ranges). Every ``--emit-interval-ms`` it publishes, for every c
 TIER snapshot to ``_audit`` and then a round marker carrying its position in every partition. State and position
 travel together: on restart the counter rebuilds both from its last complete round in ``_audit`` (snapshots of an
 unfinished round are ignored and superseded), so a ``kill -9`` replays into exactly the same counts. The
-reconciliation takes the latest snapshot per (tier, topic, window, producer). A round marker is a TIER event
+reconciliation takes the latest snapshot per (tier, topic, window, producer). Any failure (a cluster or the
+registry away, a refused snapshot) restarts the counter the same way after a bounded backoff, so it never stops
+before it is told to. A round marker is a TIER event
 with producer id ``__round__`` whose ``host`` lists the topics and whose ``source`` entries give, per partition,
 the topic's index (``first``) and the last offset read (``last``).
 """
@@ -17,7 +19,7 @@ import logging
 import re
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -34,6 +36,7 @@ from audit.events import (
 )
 from audit.ranges import RangeSet
 from audit.reconcile import ROUND
+from logbus.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +47,22 @@ class TierCounter:
         self.tier = tier
         self.bootstrap = consumer_config["bootstrap.servers"]
         self.consumer_config = {**consumer_config, "group.id": f"logbus-audit-{tier}", "enable.auto.commit": False}
-        self.whitelist = re.compile(whitelist)
+        try:
+            self.whitelist = re.compile(whitelist)
+        except re.error as exc:
+            raise ValueError(f"bad --whitelist: {exc}") from None
         self.window_ms = window_ms
         self.emit_interval = emit_interval_ms / 1000
         self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), SCHEMA_STR)
         self.decoder = AuditDecoder(registry_url)
         self.audit_bootstrap = audit_bootstrap or self.bootstrap
-        self.producer = Producer({"bootstrap.servers": self.audit_bootstrap, "acks": "all",
-                                  "enable.idempotence": True})
+        self.producer = self._new_producer()
+        Consumer(self.consumer_config).close()  # a bad setting fails here, before the first round
         self.counts: dict[tuple[str, int, str], dict] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.dirty: set[tuple[str, int, str]] = set()
         self.malformed = 0
+        self.restarts = 0
 
     # ---- recovery -----------------------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -87,8 +94,39 @@ class TierCounter:
 
     # ---- counting -------------------------------------------------------------------------------------------------
     def run(self, stop=lambda: False) -> None:
-        self.recover()
-        consumer = Consumer(self.consumer_config)
+        """Count until ``stop()``; after any failure, start again from the last complete round."""
+        backoff = Backoff(1.0, 30.0)
+        while not stop():
+            try:
+                self._reset()
+                self.recover()
+                self._count_until(stop, backoff)
+                return
+            except Exception as exc:
+                delay = backoff.next()
+                log.warning("tier %s: %s: %s; starting again from the last complete round in %.1f s", self.tier,
+                            type(exc).__name__, exc, delay)
+                self.restarts += 1
+                deadline = time.monotonic() + delay
+                while not stop() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+
+    def _reset(self) -> None:
+        self.counts.clear()
+        self.positions.clear()
+        self.dirty.clear()
+        if self.restarts:  # snapshots of a failed round must not arrive after the new ones
+            self.producer.purge(in_queue=True, in_flight=False)
+            self.producer.flush(0)
+            self.producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        return Producer({"bootstrap.servers": self.audit_bootstrap, "acks": "all", "enable.idempotence": True,
+                         "error_cb": lambda err: log.warning("tier %s: audit cluster: %s", self.tier, err)})
+
+    def _count_until(self, stop, backoff: Backoff) -> None:
+        consumer = Consumer({**self.consumer_config,
+                             "error_cb": lambda err: log.warning("tier %s: %s", self.tier, err)})
         assigned: set[tuple[str, int]] = set()
         last_emit = last_refresh = 0.0
         try:
@@ -103,9 +141,12 @@ class TierCounter:
                 for m in consumer.consume(1000, timeout=0.2):
                     if not m.error():
                         self._count(m)
+                    elif m.error().fatal():
+                        raise KafkaException(m.error())
                 if time.monotonic() - last_emit >= self.emit_interval:
                     last_emit = time.monotonic()
-                    self.emit()
+                    if self.emit():
+                        backoff.reset()
         finally:
             consumer.close()
 
@@ -131,26 +172,38 @@ class TierCounter:
         entry["seqs"].add(seq)
         self.dirty.add(key)
 
-    def emit(self) -> None:
+    def emit(self) -> bool:
+        """Publish the changed counts, then the round marker; raises unless the audit cluster took them all
+        (the round then stays unfinished and the caller starts again from the last complete one)."""
         if not self.dirty:
-            return
+            return False
         now = int(time.time() * 1000)
+        failed: list = []
         for topic, start, producer_id in sorted(self.dirty):
             e = self.counts[(topic, start, producer_id)]
             seqs = e["seqs"].as_list()
             self._send({"kind": "TIER", "tier": self.tier, "producer_id": producer_id, "host": e["host"],
                         "topic": topic, "window_start": start, "window_end": e["end"], "count": e["count"],
                         "first_seq": seqs[0][0], "last_seq": seqs[-1][1], "bytes": 0, "sequences": seqs,
-                        "source": [], "emitted_at": now})
+                        "source": [], "emitted_at": now}, failed)
+        self._flush(failed, "snapshots")  # the marker only after every snapshot of its round is stored
         topics = sorted({t for t, _ in self.positions})
         self._send({"kind": "TIER", "tier": self.tier, "producer_id": ROUND, "host": ",".join(topics), "topic": "",
                     "window_start": 0, "window_end": 0, "count": len(self.dirty), "first_seq": 0, "last_seq": 0,
                     "bytes": 0, "sequences": [], "emitted_at": now,
                     "source": [{"partition": p, "first": topics.index(t), "last": o - 1}
-                               for (t, p), o in sorted(self.positions.items())]})
-        self.producer.flush(30)
+                               for (t, p), o in sorted(self.positions.items())]}, failed)
+        self._flush(failed, "round marker")
         self.dirty.clear()
+        return True
 
-    def _send(self, event: dict) -> None:
+    def _flush(self, failed: list, what: str) -> None:
+        if self.producer.flush(30) > 0:
+            raise RuntimeError(f"{what} not acknowledged by the audit cluster within 30 s")
+        if failed:
+            raise RuntimeError(f"{what} refused: {failed[0]}")
+
+    def _send(self, event: dict, failed: list) -> None:
         self.producer.produce(AUDIT_TOPIC, self.serializer(event, SerializationContext(AUDIT_TOPIC,
-                                                                                       MessageField.VALUE)))
+                                                                                       MessageField.VALUE)),
+                              on_delivery=lambda err, _msg: failed.append(err) if err else None)

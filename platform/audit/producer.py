@@ -72,17 +72,27 @@ class AuditedProducer:
             args["partition"] = partition
         if on_delivery is not None:
             args["on_delivery"] = on_delivery
-        self._producer.produce(topic, **args)  # raises BufferError like Producer: nothing counted then
-        self._sequences[topic] = seq + 1
         start, end = window_of(now, self.window_ms)
         window = self._windows.get(topic)
-        if window is None or window.start != start:
-            if window is not None:
-                self._publish(topic, window)
+        if window is not None and window.start != start:
+            self._publish(topic, window)  # may raise (a registry away): then nothing is sent or counted
+            del self._windows[topic]
+        self._producer.produce(topic, **args)  # raises BufferError like Producer: nothing counted then
+        self._sequences[topic] = seq + 1
+        window = self._windows.get(topic)
+        if window is None:
             window = self._windows[topic] = _Window(start, end, seq)
         window.count += 1
         window.last_seq = seq
         window.bytes += len(value or b"")
+
+    def register_schema(self) -> None:
+        """Register the monitoring events' schema now (the serializer keeps its id): afterwards a registry
+        outage no longer reaches :meth:`produce`."""
+        self._serializer({"kind": "PRODUCED", "tier": "producer", "producer_id": self.producer_id, "host": self.host,
+                          "topic": "", "window_start": 0, "window_end": 0, "count": 0, "first_seq": 0,
+                          "last_seq": 0, "bytes": 0, "sequences": [], "source": [], "emitted_at": 0},
+                         SerializationContext(AUDIT_TOPIC, MessageField.VALUE))
 
     def poll(self, timeout: float = 0) -> int:
         return self._producer.poll(timeout)

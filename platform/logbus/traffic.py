@@ -5,9 +5,14 @@ events per second, until SIGTERM; then it flushes, so the audit's last windows a
 from __future__ import annotations
 
 import json
+import logging
 import random
 import signal
 import time
+
+from logbus.retry import Backoff
+
+log = logging.getLogger(__name__)
 
 PAGE_VIEW = {"type": "record", "name": "PageView", "namespace": "logbus.demo", "fields": [
     {"name": "member_id", "type": "long"}, {"name": "page", "type": "string"},
@@ -34,6 +39,17 @@ def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: in
                                 "audit.window.ms": window_ms, "audit.host": host, "linger.ms": 20,
                                 "acks": "all", "enable.idempotence": True})
     rng = random.Random()
+    backoff = Backoff(0.5, 30.0)
+    while not stopping:  # the schemas once, with retries: afterwards the serializers know their ids
+        try:
+            for topic, schema in (("page-views", PAGE_VIEW), ("clicks", CLICK)):
+                serializers[topic](_sample(schema), SerializationContext(topic, MessageField.VALUE))
+            producer.register_schema()
+            break
+        except Exception as exc:  # the registry is away or starting
+            delay = backoff.next()
+            log.warning("schema registry %s: %s; trying again in %.1f s", registry_url, exc, delay)
+            time.sleep(delay)
     sent, start = 0, time.monotonic()
     try:
         while not stopping and (seconds is None or time.monotonic() - start < seconds):
@@ -47,8 +63,10 @@ def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: in
                 topic, event = "clicks", {"member_id": member, "element": rng.choice(["apply", "like", "share"]),
                                           "page": page}
             value = serializers[topic](event, SerializationContext(topic, MessageField.VALUE))
-            producer.produce(topic, value, key=str(member).encode())
-            sent += 1
+            while not stopping:
+                if _produce(producer, topic, value, str(member).encode(), backoff):
+                    sent += 1
+                    break
             producer.poll(0)
             delay = start + sent / rate - time.monotonic()
             if delay > 0:
@@ -57,3 +75,25 @@ def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: in
         producer.flush(30)
     print(f"logbus demo-traffic: {sent} events sent", flush=True)
     return 0
+
+
+def _produce(producer, topic: str, value: bytes, key: bytes, backoff: Backoff) -> bool:
+    """One event; False (after a pause) when it must be tried again: the local queue is full while the
+    cluster is away, or the audit event could not be serialized."""
+    try:
+        producer.produce(topic, value, key=key)
+        backoff.reset()
+        return True
+    except BufferError:
+        producer.poll(0.1)
+        return False
+    except Exception as exc:
+        delay = backoff.next()
+        log.warning("cannot send to %s (%s); trying again in %.1f s", topic, exc, delay)
+        time.sleep(delay)
+        return False
+
+
+def _sample(schema: dict) -> dict:
+    values = {"long": 0, "string": ""}
+    return {f["name"]: values[f["type"]] if isinstance(f["type"], str) else None for f in schema["fields"]}

@@ -8,6 +8,8 @@ reached it resumes at the start of the target partition)."""
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 
 from confluent_kafka import (
@@ -20,35 +22,58 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+log = logging.getLogger(__name__)
+
 
 class CheckpointWriter:
+    """Shared by the mirror's streams (thread-safe). A flush that the target does not acknowledge keeps the
+    checkpoints for the next one; it never fails the copy."""
+
     def __init__(self, bootstrap: str, topic: str, source: str, interval_s: float):
         self.bootstrap, self.topic, self.source, self.interval = bootstrap, topic, source, interval_s
         self.latest: dict[tuple[str, int], tuple[int, int]] = {}
         self.dirty: set[tuple[str, int]] = set()
         self.last_flush = 0.0
         self.producer: Producer | None = None
+        self.lock = threading.Lock()
 
     def record(self, topic: str, partition: int, source_offset: int, target_offset: int) -> None:
-        current = self.latest.get((topic, partition))
-        if current is None or source_offset > current[0]:
-            self.latest[(topic, partition)] = (source_offset, target_offset)
-            self.dirty.add((topic, partition))
+        with self.lock:
+            current = self.latest.get((topic, partition))
+            if current is None or source_offset > current[0]:
+                self.latest[(topic, partition)] = (source_offset, target_offset)
+                self.dirty.add((topic, partition))
 
-    def maybe_flush(self, force: bool = False) -> None:
-        if not self.dirty or (not force and time.monotonic() - self.last_flush < self.interval):
-            return
+    def maybe_flush(self, force: bool = False) -> bool:
+        """Write the changed checkpoints when due; False when the target did not take them (kept for later)."""
+        with self.lock:
+            if not self.dirty or (not force and time.monotonic() - self.last_flush < self.interval):
+                return True
+            self.last_flush = time.monotonic()
+            try:
+                return self._flush()
+            except Exception as exc:  # the target is away: the checkpoints stay dirty
+                log.warning("checkpoints not written (%s); kept for the next flush", exc)
+                return False
+
+    def _flush(self) -> bool:
         if self.producer is None:
             ensure_topic(self.bootstrap, self.topic)
             self.producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all"})
-        for topic, partition in sorted(self.dirty):
+        failed: list = []
+        sent = sorted(self.dirty)
+        for topic, partition in sent:
             source_offset, target_offset = self.latest[(topic, partition)]
             self.producer.produce(self.topic, json.dumps({"source_offset": source_offset,
                                                           "target_offset": target_offset}).encode(),
-                                  json.dumps({"source": self.source, "topic": topic, "partition": partition}).encode())
-        self.producer.flush(30)
-        self.dirty.clear()
-        self.last_flush = time.monotonic()
+                                  json.dumps({"source": self.source, "topic": topic, "partition": partition}).encode(),
+                                  on_delivery=lambda err, _msg: failed.append(err) if err else None)
+        if self.producer.flush(30) > 0 or failed:
+            log.warning("checkpoints not acknowledged by the target (%s); kept for the next flush",
+                        failed[0] if failed else "timed out")
+            return False
+        self.dirty.difference_update(sent)
+        return True
 
     def close(self) -> None:
         self.maybe_flush(force=True)

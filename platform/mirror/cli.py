@@ -31,8 +31,15 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
-    mirror = Mirror(consumer, producer, args.whitelist, args.blacklist, args.num_streams, args.source_name,
-                    args.checkpoint_topic)
+    from confluent_kafka import KafkaException
+
+    try:
+        mirror = Mirror(consumer, producer, args.whitelist, args.blacklist, args.num_streams, args.source_name,
+                        args.checkpoint_topic)
+    except (ValueError, KafkaException) as exc:  # a bad pattern or client setting: retrying cannot help
+        reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
+        print(f"logbus: mirror config error: {reason}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: mirror.stop())
 
     def status(snapshot: dict) -> None:
@@ -42,7 +49,7 @@ def run(args) -> int:
             tmp.replace(args.stats_file)
 
     try:
-        mirror.run(status_callback=status)
+        mirror.run(status_callback=status)  # returns only once told to stop
     except KeyboardInterrupt:
         mirror.stop()
     return 0

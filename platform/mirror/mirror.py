@@ -9,6 +9,14 @@ gets provenance headers, and records that already carry them are never mirrored 
 mirror each other). Missing target topics are created with the source's partition count and configs.
 Checkpoints (source offset -> target offset per partition) go to a compacted topic on the target
 (:mod:`mirror.checkpoints`).
+
+The mirror only stops when told to (SIGTERM). Each stream owns its consumer and producer; any error in a stream
+(a target that refuses records, a fatal producer error, a source that cannot be read) is logged, counted, and the
+stream restarts with fresh clients after a bounded exponential backoff, from the source offsets last committed,
+so nothing is lost and at most the uncommitted batch is copied twice. A refused commit (a rebalance, a
+coordinator moving) is not an error of the copy: the records are on the target, and the offsets are committed
+with the next batch. An unreachable target only pauses the copy: records wait in the producer without a
+delivery timeout (``message.timeout.ms=0``, as Kafka's mirror tools default to an unbounded delivery timeout).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from logbus.retry import Backoff
 from mirror.checkpoints import CheckpointWriter
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,8 @@ class Counters:
     records: int = 0
     skipped_loops: int = 0
     errors: int = 0
+    restarts: int = 0
+    commit_failures: int = 0
     batches: int = 0
     started: float = field(default_factory=time.monotonic)
     lag: dict[str, int] = field(default_factory=dict)
@@ -52,7 +63,8 @@ class Counters:
         with self.lock:
             elapsed = max(time.monotonic() - self.started, 1e-9)
             return {"records": self.records, "records_per_s": round(self.records / elapsed, 1),
-                    "skipped_loops": self.skipped_loops, "errors": self.errors, "batches": self.batches,
+                    "skipped_loops": self.skipped_loops, "errors": self.errors, "restarts": self.restarts,
+                    "commit_failures": self.commit_failures, "batches": self.batches,
                     "lag": dict(self.lag), "total_lag": sum(self.lag.values())}
 
 
@@ -60,18 +72,24 @@ class Mirror:
     def __init__(self, consumer_config: dict, producer_config: dict, whitelist: str, blacklist: str | None = None,
                  num_streams: int = 1, source_name: str = "source", checkpoint_topic: str = "_mirror_checkpoints",
                  checkpoint_interval_s: float = 5.0, batch_size: int = 2000):
+        """Raises ValueError (a bad pattern) or KafkaException (a bad client setting): fatal configuration errors."""
         self.consumer_config = {"group.id": f"logbus-mirror-{source_name}", "auto.offset.reset": "earliest",
                                 "topic.metadata.refresh.interval.ms": 5000, **consumer_config,
                                 "enable.auto.commit": False}
-        self.producer_config = {"linger.ms": 5, **producer_config, "acks": "all", "enable.idempotence": True}
-        self.whitelist = re.compile(whitelist)
-        self.blacklist = re.compile(blacklist) if blacklist else None
+        self.producer_config = {"linger.ms": 5, "message.timeout.ms": 0, **producer_config, "acks": "all",
+                                "enable.idempotence": True}
+        try:
+            self.whitelist = re.compile(whitelist)
+            self.blacklist = re.compile(blacklist) if blacklist else None
+        except re.error as exc:
+            raise ValueError(f"bad topic pattern: {exc}") from None
         self.num_streams = num_streams
         self.source_name = source_name
         self.batch_size = batch_size
         self.counters = Counters()
         self.stop_event = threading.Event()
-        self.producer = Producer(self.producer_config)
+        Producer(self.producer_config).flush(0)  # a bad setting fails here, once, not in every stream restart
+        Consumer(self.consumer_config).close()
         self.target_admin = AdminClient({"bootstrap.servers": self.producer_config["bootstrap.servers"]})
         self.source_admin = AdminClient({"bootstrap.servers": self.consumer_config["bootstrap.servers"]})
         self.target_partitions: dict[str, int] = {}
@@ -104,6 +122,9 @@ class Mirror:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
                 md = self.target_admin.list_topics(timeout=30).topics.get(topic)
+                if md is None or not md.partitions:
+                    raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                    f"{topic} not in the target's metadata yet"))
             self.target_partitions[topic] = len(md.partitions)
             return self.target_partitions[topic]
 
@@ -117,49 +138,79 @@ class Mirror:
 
     # ---- streams -------------------------------------------------------------------------------------------------
     def run(self, status_every_s: float = 5.0, status_callback=None) -> None:
-        threads = [threading.Thread(target=self._stream, args=(i,), name=f"mirror-stream-{i}", daemon=True)
-                   for i in range(self.num_streams)]
-        for t in threads:
-            t.start()
+        """Copy until :meth:`stop`; a stream thread that ends for any other reason is started again."""
+        threads = [self._start_stream(i) for i in range(self.num_streams)]
         last = time.monotonic()
         try:
-            while not self.stop_event.is_set() and any(t.is_alive() for t in threads):
+            while not self.stop_event.is_set():
                 self.stop_event.wait(0.5)
-                self.producer.poll(0)
+                for i, t in enumerate(threads):
+                    if not t.is_alive() and not self.stop_event.is_set():
+                        log.error("mirror stream %d ended unexpectedly; starting it again", i)
+                        threads[i] = self._start_stream(i)
                 if time.monotonic() - last >= status_every_s:
                     last = time.monotonic()
                     snap = self.counters.snapshot()
-                    log.info("mirrored %d records (%.0f/s), lag %d, errors %d", snap["records"],
-                             snap["records_per_s"], snap["total_lag"], snap["errors"])
+                    log.info("mirrored %d records (%.0f/s), lag %d, errors %d, restarts %d", snap["records"],
+                             snap["records_per_s"], snap["total_lag"], snap["errors"], snap["restarts"])
                     if status_callback is not None:
                         status_callback(snap)
         finally:
             self.stop_event.set()
             for t in threads:
                 t.join(30)
-            self.producer.flush(30)
-            self.checkpoints.close()
+            try:
+                self.checkpoints.close()
+            except Exception as exc:  # the target is away: the next run writes them
+                log.warning("checkpoints not written at shutdown: %s", exc)
 
     def stop(self) -> None:
         self.stop_event.set()
 
-    def _stream(self, index: int) -> None:
-        consumer = Consumer(self.consumer_config)
-        consumer.subscribe([f"^({self.whitelist.pattern})$"])
-        try:
-            while not self.stop_event.is_set():
-                msgs = consumer.consume(self.batch_size, timeout=0.05)  # batch: up to 50 ms of waiting
-                if msgs:
-                    self._copy(consumer, msgs)
-                self._update_lag(consumer)
-        except Exception:
-            log.exception("mirror stream %d failed", index)
-            with self.counters.lock:
-                self.counters.errors += 1
-        finally:
-            consumer.close()
+    def _start_stream(self, index: int) -> threading.Thread:
+        t = threading.Thread(target=self._stream, args=(index,), name=f"mirror-stream-{index}", daemon=True)
+        t.start()
+        return t
 
-    def _copy(self, consumer: Consumer, msgs: list) -> None:
+    def new_consumer(self) -> Consumer:
+        return Consumer({**self.consumer_config, "error_cb": lambda err: log.warning("source: %s", err)})
+
+    def new_producer(self) -> Producer:
+        return Producer({**self.producer_config, "error_cb": lambda err: log.warning("target: %s", err)})
+
+    def _stream(self, index: int) -> None:
+        """One stream: copy until stopped, restarting with fresh clients after any failure."""
+        backoff = Backoff(0.5, 30.0)
+        while not self.stop_event.is_set():
+            consumer = producer = None
+            try:
+                producer = self.new_producer()
+                consumer = self.new_consumer()
+                consumer.subscribe([f"^({self.whitelist.pattern})$"])
+                uncommitted: dict[tuple[str, int], int] = {}
+                retry_commit_at = 0.0
+                while not self.stop_event.is_set():
+                    msgs = consumer.consume(self.batch_size, timeout=0.05)  # batch: up to 50 ms of waiting
+                    if msgs:
+                        if self._copy(consumer, producer, msgs, uncommitted):
+                            backoff.reset()
+                    elif uncommitted and time.monotonic() >= retry_commit_at:
+                        retry_commit_at = time.monotonic() + 1.0
+                        self._commit(consumer, uncommitted)
+                    self._update_lag(consumer)
+            except Exception as exc:
+                delay = backoff.next()
+                log.warning("mirror stream %d failed (%s: %s); restarting it in %.1f s from the committed offsets",
+                            index, type(exc).__name__, exc, delay)
+                with self.counters.lock:
+                    self.counters.errors += 1
+                    self.counters.restarts += 1
+                self.stop_event.wait(delay)
+            finally:
+                _close(consumer, producer)
+
+    def _copy(self, consumer: Consumer, producer: Producer, msgs: list, uncommitted: dict) -> bool:
+        """Copy one batch; True once its offsets are committed. Raises when the target refused a record."""
         positions: dict[tuple[str, int], int] = {}
         pending: list[tuple] = []
         failures: list = []
@@ -173,8 +224,10 @@ class Mirror:
 
         for m in msgs:
             if m.error():
+                if m.error().fatal():
+                    raise KafkaException(m.error())
                 if m.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("source error: %s", m.error())
+                    log.warning("source: %s", m.error())
                 continue
             topic, partition, offset = m.topic(), m.partition(), m.offset()
             positions[(topic, partition)] = offset + 1
@@ -193,21 +246,22 @@ class Mirror:
                                        (OFFSET_HEADER, str(offset).encode())]
             while True:
                 try:
-                    self.producer.produce(topic, m.value(), m.key(), headers=headers,
-                                          timestamp=ts if ts_type != 0 else 0,
-                                          on_delivery=lambda err, msg, s=(topic, partition, offset):
-                                          delivered(err, msg, s), **kwargs)
+                    producer.produce(topic, m.value(), m.key(), headers=headers,
+                                     timestamp=ts if ts_type != 0 else 0,
+                                     on_delivery=lambda err, msg, s=(topic, partition, offset):
+                                     delivered(err, msg, s), **kwargs)
                     break
                 except BufferError:
-                    self.producer.poll(0.05)
-        while self.producer.flush(5) > 0:  # every record acknowledged by the target before any commit
-            if self.stop_event.is_set() and self.producer.flush(30) > 0:
-                return  # shutting down without acknowledgement: do not commit
+                    producer.poll(0.05)
+        while producer.flush(5) > 0:  # every record acknowledged by the target before any commit
+            if self.stop_event.is_set() and producer.flush(30) > 0:
+                return False  # shutting down without acknowledgement: do not commit
         if failures:
-            with self.counters.lock:
-                self.counters.errors += len(failures)
             raise RuntimeError(f"target refused {len(failures)} record(s): {failures[0]}")
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()], asynchronous=False)
+        if not positions:
+            return False  # only errors and end-of-partition events: nothing to commit
+        uncommitted.update(positions)
+        committed = self._commit(consumer, uncommitted)
         for topic, partition, source_offset, target_offset in pending:
             self.checkpoints.record(topic, partition, source_offset, target_offset)
         self.checkpoints.maybe_flush()
@@ -215,6 +269,26 @@ class Mirror:
             self.counters.records += len(pending)
             self.counters.skipped_loops += skipped
             self.counters.batches += 1
+        return committed
+
+    def _commit(self, consumer: Consumer, uncommitted: dict) -> bool:
+        """Commit the copied positions still owned; a refused commit keeps them for the next try."""
+        assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        for tp in [tp for tp in uncommitted if tp not in assigned]:
+            del uncommitted[tp]  # revoked: its new owner resumes from the last commit (duplicates, never loss)
+        if not uncommitted:
+            return False
+        try:
+            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in uncommitted.items()],
+                            asynchronous=False)
+        except KafkaException as exc:
+            log.warning("commit of %d offset(s) refused (%s); the records are on the target, the offsets go "
+                        "with the next commit", len(uncommitted), exc.args[0])
+            with self.counters.lock:
+                self.counters.commit_failures += 1
+            return False
+        uncommitted.clear()
+        return True
 
     def _source_partitions(self, consumer: Consumer, topic: str) -> int:
         count = self._source_partition_cache.get(topic)
@@ -235,6 +309,19 @@ class Mirror:
                     self.counters.lag[f"{tp.topic}-{tp.partition}"] = lag
         except KafkaException:
             pass
+
+
+def _close(consumer: Consumer | None, producer: Producer | None) -> None:
+    try:
+        if producer is not None:
+            producer.flush(10)
+    except Exception as exc:
+        log.warning("closing the target producer: %s", exc)
+    try:
+        if consumer is not None:
+            consumer.close()
+    except Exception as exc:
+        log.warning("closing the source consumer: %s", exc)
 
 
 def status_json(snapshot: dict) -> str:

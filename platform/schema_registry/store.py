@@ -25,6 +25,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from logbus.retry import Backoff
 from schema_registry.core import STORE_ERROR, STORE_TIMEOUT, RegistryError
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class KafkaStore:
         self.create = create
         self.apply = None  # set by the service: apply(key, value) on the event loop
         self.applied = -1
+        self._read_to = -1  # the last offset handed to the event loop by the reader thread
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -47,17 +49,29 @@ class KafkaStore:
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     async def start(self, startup_timeout: float = 60.0) -> None:
+        """Find (or create) the topic and replay it. A cluster that is away, or a topic that a read-only
+        registry waits for, is retried with a bounded backoff until it works: the registry never gives up."""
         self.loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._ensure_topic, startup_timeout)
+        backoff = Backoff(1.0, 30.0)
+        while True:
+            try:
+                await asyncio.to_thread(self._ensure_topic, startup_timeout)
+                end = await asyncio.to_thread(self._end_offset, startup_timeout)
+                break
+            except (KafkaException, RuntimeError) as exc:
+                delay = backoff.next()
+                reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
+                log.warning("store %s on %s not ready (%s); trying again in %.1f s", self.topic, self.bootstrap,
+                            reason, delay)
+                await asyncio.sleep(delay)
         self.producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 0, "message.timeout.ms": max(int(self.timeout * 1000), 1000)})
-        end = await asyncio.to_thread(self._end_offset, startup_timeout)
         for target in (self._read, self._poll_producer):
             thread = threading.Thread(target=target, daemon=True, name=f"schemas-{target.__name__}")
             thread.start()
             self._threads.append(thread)
         if end > 0:
-            await asyncio.wait_for(self._applied(end - 1), startup_timeout)
+            await self._applied(end - 1)  # the reader retries on its own until it gets there
         log.info("replayed %d record(s) of %s", end, self.topic)
 
     def _ensure_topic(self, timeout: float) -> None:
@@ -92,9 +106,21 @@ class KafkaStore:
 
     # ---- reading -------------------------------------------------------------------------------------------
     def _read(self) -> None:
+        """Follow the topic; a failed reader resumes after the last record applied."""
+        backoff = Backoff(1.0, 30.0)
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception as exc:
+                delay = backoff.next()
+                log.warning("reading %s failed (%s); resuming in %.1f s", self.topic, exc, delay)
+                self._stop.wait(delay)
+
+    def _follow(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "schema-registry",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 0})
-        consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        resume = self._read_to + 1 if self._read_to >= 0 else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(self.topic, 0, resume)])
         try:
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)  # returns at the first record (consume(n) would wait for n of them)
@@ -107,6 +133,7 @@ class KafkaStore:
                     except (TypeError, ValueError):
                         log.warning("skipping a malformed record at offset %d", msg.offset())
                         key, value = {}, None
+                    self._read_to = msg.offset()
                     self.loop.call_soon_threadsafe(self._on_record, msg.offset(), key, value)
         finally:
             consumer.close()

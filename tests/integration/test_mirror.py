@@ -203,3 +203,22 @@ def test_mirror_survives_a_target_leader_failover(clusters):
     print(f"duplicates around the failover: {duplicates}")
     stats = json.loads((mirror.dir / "stats.json").read_text())
     assert stats["records"] >= COUNT // 2
+
+
+def test_mirror_waits_on_an_empty_cluster_and_copies_topics_created_later(clusters):
+    """Started before the live cluster has any topic, the mirror used to commit an empty offset list, lose its
+    only stream and exit 0 (issue 16); it must wait, then copy what comes, and exit 0 only when told to."""
+    mirror = MirrorProcess(clusters["dir"] / "mirror", clusters["live"], clusters["offline"]).start()
+    clusters["mirrors"].append(mirror)
+    wait_until(lambda: "Subscribed topic not available" in mirror.log_text() or mirror.proc.poll() is not None,
+               60, interval=0.5, what="the mirror meets the empty cluster")
+    time.sleep(3)
+    assert mirror.proc.poll() is None, f"the mirror exited ({mirror.proc.returncode}):\n{mirror.log_text()[-3000:]}"
+    produce(clusters["live"], "pv", 1000)
+    wait_until(lambda: target_count(clusters["offline"], "pv") >= 1000, 120, interval=1, what="copied")
+    assert check_copy(read(clusters["live"], "pv"), read(clusters["offline"], "pv")) == 0
+    wait_until(lambda: (mirror.dir / "stats.json").exists(), 30, interval=0.5, what="stats")
+    stats = json.loads((mirror.dir / "stats.json").read_text())
+    assert stats["restarts"] == 0, mirror.log_text()[-3000:]
+    mirror.stop()
+    assert mirror.proc.returncode == 0
