@@ -72,12 +72,22 @@ def _audit_counter(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
+    from confluent_kafka import KafkaException
+
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    counter = TierCounter(args.tier, consumer, args.whitelist, args.schema_registry_url, args.window_ms,
-                          args.emit_interval_ms, args.audit_bootstrap)
-    counter.run(stop=lambda: bool(stopping))
-    counter.emit()
+    try:
+        counter = TierCounter(args.tier, consumer, args.whitelist, args.schema_registry_url, args.window_ms,
+                              args.emit_interval_ms, args.audit_bootstrap)
+    except (ValueError, KafkaException) as exc:  # a bad pattern or client setting: retrying cannot help
+        reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
+        print(f"logbus: audit-counter config error: {reason}", file=sys.stderr)
+        return 2
+    counter.run(stop=lambda: bool(stopping))  # returns only once told to stop
+    try:
+        counter.emit()
+    except Exception as exc:  # the last round stays unfinished: the next start replays it
+        logging.getLogger("logbus").warning("last counts not published at shutdown: %s", exc)
     return 0
 
 
@@ -120,6 +130,16 @@ def _down(args: argparse.Namespace) -> int:
     from logbus.local import down
 
     return down(args.state_dir)
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    from logbus.local import supervise
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print("logbus: supervise: no command after --", file=sys.stderr)
+        return 2
+    return supervise(args.state_dir, args.service, argv)
 
 
 def _compose(args: argparse.Namespace) -> int:
@@ -236,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     down = verbs.add_parser("down", help="stop every service of the local topology (by pid)")
     down.add_argument("--state-dir", default="state/topology", help=state_help)
     down.set_defaults(func=_down)
+    # internal (not in --help): `logbus up` runs every service under it; restarts it with backoff until signalled
+    supervise = verbs.add_parser("supervise")
+    supervise.add_argument("--state-dir", required=True, help=state_help)
+    supervise.add_argument("--service", required=True, help="the service's name (its status: pids/<name>.status)")
+    supervise.add_argument("argv", nargs=argparse.REMAINDER, help="-- and the service's command")
+    supervise.set_defaults(func=_supervise)
     compose = verbs.add_parser("compose", help="generate docker-compose.yml and docker/config from the topology")
     compose.add_argument("--topology", help="topology JSON (default topology/default.json)")
     compose.add_argument("--output", default="docker-compose.yml")
