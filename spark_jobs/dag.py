@@ -7,7 +7,8 @@ HTML under ``<warehouse>/_audit/``, shown by the Airflow "Audit" page). A retrie
 published (the previous try died after publication) does not load it again.
 
 Configuration: the load properties file named by the Airflow Variable ``logbus_load_config`` or the environment
-variable ``LOGBUS_LOAD_CONFIG``; the schedule by ``LOGBUS_LOAD_SCHEDULE`` (cron or preset, default ``@hourly``).
+variable ``LOGBUS_LOAD_CONFIG``; the schedule by ``LOGBUS_LOAD_SCHEDULE`` (cron or preset, default ``@hourly``;
+``none``: no schedule, runs only when triggered, e.g. through the REST API).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def build_dag(schedule: str | None = None):
     from airflow.sdk import DAG, task
 
     schedule = schedule or os.environ.get("LOGBUS_LOAD_SCHEDULE", "@hourly")
+    if schedule.strip().lower() == "none":
+        schedule = None  # Airflow's "no schedule": triggered runs only
     with DAG(DAG_ID, schedule=schedule, start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1,
              default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
              doc_md=__doc__, tags=["logbus"]) as dag:

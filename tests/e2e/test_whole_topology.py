@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -45,7 +46,10 @@ def test_topology(tmp_path):
         assert out.returncode == 0, out.stdout + out.stderr
         assert "Airflow login: admin / " in out.stdout
         status = json.loads(logbus("status", "--json", "--state-dir", str(state)).stdout)
-        assert status["healthy"] and all(s["healthy"] for s in status["services"]), status
+        unhealthy = [{k: s.get(k) for k in ("name", "running", "restarting", "restarts", "last_exit")}
+                     for s in status["services"] if not s["healthy"]]
+        assert status["healthy"] and not unhealthy, (unhealthy, [Path(s["log"]).read_text()[-2000:]
+                                                                 for s in status["services"] if not s["healthy"]])
         live_registry = f"http://127.{net}.1.20:{topo['ports']['registry']}"
         offline_registry = f"http://127.{net}.2.20:{topo['ports']['registry']}"
         schema = {"type": "record", "name": "Signup", "fields": [{"name": "member_id", "type": "long"}]}
