@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import uuid
 
 from broker.config import LONG_MAX, BrokerConfig, ConfigError
@@ -29,6 +28,7 @@ from broker.metadata.topics import (
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
 from broker.protocol.messages import ErrorCode
+from broker.shutdown import EXIT_GRACE_S, STOP_STEP_TIMEOUT_S, StopSignals, Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class Broker:
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
         self._stopping = asyncio.Event()
+        self._logs_loaded = self._logs_closed = False
         self._tasks: list[asyncio.Task] = []
         self._pid_next = self._pid_end = 0
 
@@ -326,7 +327,8 @@ class Broker:
         for key in keys:
             self._waiters.setdefault(key, set()).add(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancellation (Python 3.11)
+                await fut
         except asyncio.TimeoutError:
             pass
         finally:
@@ -339,7 +341,13 @@ class Broker:
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Kafka's start order: logs loaded; listeners bound but not accepting (their ports are known, for the
+        registration); in cluster mode the ZooKeeper session, the registration, and the controller known (this
+        broker's own election included, at most ``zookeeper.connection.timeout.ms``: past that the listeners
+        open anyway, with a warning); then the listeners accept clients. So a client's first Metadata answer
+        names the controller (a client told -1 waited 20-40 s before its CreateTopics went out)."""
         self.logs.load()
+        self._logs_loaded = True
         for name, info in self.topics.topics.items():  # logs of every partition exist, even empty ones
             for p in range(info.partitions):
                 if not self.logs.is_offline(name, p):
@@ -355,6 +363,10 @@ class Broker:
             self.listeners[spec.name] = listener
         if self.cluster is not None:
             await self.cluster.start()
+            bound = self.cluster.zk.connection_timeout
+            if not await self.cluster.wait_for_controller(bound):
+                log.warning("no controller known %gs after registering in ZooKeeper (zookeeper.connection.timeout"
+                            ".ms): serving clients anyway; Metadata names the controller once there is one", bound)
         await self.groups.start()
         loop = asyncio.get_running_loop()
         retention_s = self.config["log.retention.check.interval.ms"] / 1000
@@ -367,6 +379,8 @@ class Broker:
         if self.config["log.cleaner.enable"]:
             self._tasks.append(loop.create_task(self._every(self.config["log.cleaner.backoff.ms"] / 1000,
                                                             self.cleaner.run_once)))
+        for listener in self.listeners.values():
+            await listener.serve()
         log.info("logbus broker %d listening on %s (log.dirs=%s)", self.node_id,
                  ", ".join(f"{n}://{x.host}:{x.port}" for n, x in self.listeners.items()), ",".join(self.log_dirs))
 
@@ -383,35 +397,109 @@ class Broker:
     def request_stop(self) -> None:
         self._stopping.set()
 
-    async def stop(self) -> None:
+    async def stop(self) -> bool:
+        """Stop in bounded steps (``STOP_STEP_TIMEOUT_S`` each), whatever connections are still open: background
+        tasks; no new connections; in cluster mode the controller role, the replica fetchers and the ZooKeeper
+        session (its end hands this broker's leaderships to others); the open client connections; then the
+        logs (flush, checkpoints, clean-shutdown marker). True when no step overran its bound."""
+        step = STOP_STEP_TIMEOUT_S
+        clean = True
         for task in self._tasks:
             task.cancel()
         await self.groups.stop()
-        if self.cluster is not None:
-            await self.cluster.stop()
         for listener in self.listeners.values():
-            await listener.stop()
-        self.logs.shutdown()
-        log.info("logbus broker %d stopped cleanly", self.node_id)
+            listener.close()
+        if self.cluster is not None:
+            try:
+                clean = await self.cluster.stop(step)
+            except Exception:
+                log.exception("stopping cluster mode")
+                clean = False
+        for listener in self.listeners.values():
+            clean = await listener.stop(step) and clean
+        self.close_logs()
+        log.info("logbus broker %d stopped %s", self.node_id, "cleanly" if clean else "(some steps overran)")
+        return clean
 
-    async def run_forever(self) -> None:
-        await self.start()
+    def close_logs(self) -> None:
+        """Flush and close the logs once (a forced exit may come while a stop is under way)."""
+        if self._logs_loaded and not self._logs_closed:
+            self._logs_closed = True
+            self.logs.shutdown()
+
+    def force_exit(self) -> None:
+        """A second SIGTERM/SIGINT: close the logs and exit now, without waiting for the rest of the stop."""
+        log.warning("second signal: exiting now (logs closed, connections dropped)")
+        try:
+            self.close_logs()
+        except Exception:
+            log.exception("closing the logs")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
+
+    async def run_forever(self, watchdog: Watchdog | None = None) -> None:
+        """Start, serve until SIGTERM/SIGINT, stop (see :mod:`broker.shutdown`). A signal during start-up stops
+        the broker too; a failed start-up closes what had started, then raises."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
-        await self._stopping.wait()
-        await self.stop()
+        signals = StopSignals(loop, self.request_stop, self.force_exit, watchdog or Watchdog())
+        signals.install()
+        starting = loop.create_task(self.start())
+        stopping = loop.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                log.info("stop requested during start-up")
+                starting.cancel()
+                await asyncio.wait({starting}, timeout=STOP_STEP_TIMEOUT_S)
+            elif starting.exception() is not None:
+                await self.stop()
+                raise starting.exception()
+            else:
+                await stopping
+            await self.stop()
+        finally:
+            stopping.cancel()
+            signals.uninstall()
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """``asyncio.run``'s teardown, bounded: a task that outlives its cancellation must not keep the process
+    alive (executor threads are joined at interpreter exit, under the watchdog)."""
+    try:
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=STOP_STEP_TIMEOUT_S))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 def run(config: BrokerConfig) -> None:
     limits.return_freed_memory()
     limits.raise_open_file_limit()
+    watchdog = Watchdog()
 
     async def main() -> None:
         broker = Broker(config)
-        await broker.run_forever()
+        await broker.run_forever(watchdog)
 
-    asyncio.run(main())
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    failed = True
+    try:
+        loop.run_until_complete(main())
+        failed = False
+    finally:
+        try:
+            _close_loop(loop)
+        finally:
+            asyncio.set_event_loop(None)
+            # threads still blocked in a call (kazoo's session close on an unresponsive ZooKeeper) are joined
+            # at exit; they get EXIT_GRACE_S
+            watchdog.arm(EXIT_GRACE_S, 1 if failed else 0, f"{EXIT_GRACE_S:g}s after the broker stopped")
 
 
 __all__ = ["Broker", "run", "TopicError"]

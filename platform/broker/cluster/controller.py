@@ -29,11 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class Controller:
-    def __init__(self, broker_id: int, zk: Zk, config):
+    def __init__(self, broker_id: int, zk: Zk, config, on_elected=lambda: None):
         self.broker_id = broker_id
         self.zk = zk
         self.config = config
+        self.on_elected = on_elected  # called as soon as this broker has won an election
         self.active = False
+        self.stopped = False  # a stopping broker never runs for controller again
         self.epoch = -1
         self._epoch_version = -1
         self._dirty = asyncio.Event()
@@ -49,11 +51,14 @@ class Controller:
 
     def _on_controller_node(self, data: bytes | None, _stat) -> None:
         if data is None:
-            asyncio.get_running_loop().create_task(self._elect())
+            if not self.stopped:
+                asyncio.get_running_loop().create_task(self._elect())
         elif znodes.decode_controller(data) != self.broker_id and self.active:
             self._resign("another broker is controller now")
 
     async def _elect(self) -> None:
+        if self.stopped:
+            return
         try:
             await self.zk.call(self.zk.client.create, znodes.CONTROLLER, znodes.encode_controller(self.broker_id),
                                ephemeral=True)
@@ -67,14 +72,22 @@ class Controller:
         except Exception:
             log.exception("incrementing the controller epoch")
             return
+        if self.stopped:  # stop() came while the epoch was written: our session's end hands it on
+            return
         self.active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        self.on_elected()
         if not self._watching:
-            self._watching = True
-            await self.zk.watch_children(znodes.BROKER_IDS, lambda _c: self._kick())
-            await self.zk.watch_children(znodes.TOPICS, self._on_topics)
-            await self.zk.ensure("/admin")
-            await self.zk.watch_data(znodes.REASSIGN, lambda _d, _s: self._kick())
+            try:
+                await self.zk.watch_children(znodes.BROKER_IDS, lambda _c: self._kick())
+                await self.zk.watch_children(znodes.TOPICS, self._on_topics)
+                await self.zk.ensure("/admin")
+                await self.zk.watch_data(znodes.REASSIGN, lambda _d, _s: self._kick())
+                self._watching = True
+            except Exception as exc:  # noqa: BLE001 (the session's end, or a new session, elects again)
+                if self.stopped:
+                    return
+                log.warning("controller watches: %s; reconciling periodically until the next election", exc)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._reconcile_loop()), loop.create_task(self._rebalance_timer())]
         self._kick()
@@ -103,7 +116,9 @@ class Controller:
         self._tasks = []
 
     async def stop(self) -> None:
-        self._resign("shutting down")
+        self.stopped = True
+        if self.active:
+            self._resign("shutting down")
 
     def _on_topics(self, children: list[str]) -> None:
         for topic in set(children) - self._watched_topics:

@@ -93,6 +93,16 @@ class ClusterMetadata:
         self.controller_id = znodes.decode_controller(data)
         self._touch()
 
+    def controller_elected(self, broker_id: int) -> None:
+        """This broker has just won the election: name it at once (the /controller watch confirms it)."""
+        self.controller_id = broker_id
+        self._touch()
+
+    def controller_known(self, broker_id: int) -> bool:
+        """A controller is named, and both it and ``broker_id`` are among the live brokers (what a client needs
+        to send CreateTopics and friends to the controller)."""
+        return self.controller_id >= 0 and self.controller_id in self.brokers and broker_id in self.brokers
+
     def _on_topic_names(self, children: list[str]) -> None:
         for name in set(children) - self._watched_topics:
             self._watched_topics.add(name)
@@ -163,7 +173,8 @@ class ClusterMetadata:
             if remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancellation (3.11)
+                    await self._changed.wait()
             except asyncio.TimeoutError:
                 return predicate()
         return True

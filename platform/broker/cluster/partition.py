@@ -124,7 +124,8 @@ class Partition:
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
         try:
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancellation (Python 3.11)
+                return await future
         except asyncio.TimeoutError:
             return ErrorCode.request_timed_out
         finally:

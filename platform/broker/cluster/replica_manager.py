@@ -44,12 +44,14 @@ class ReplicaManager:
                      cfg["zookeeper.connection.timeout.ms"])
         self.metadata = ClusterMetadata(self.zk, self._on_partition, self._on_topic_deleted,
                                         broker.refresh_log_configs)
-        self.controller = Controller(self.broker_id, self.zk, cfg)
+        self.controller = Controller(self.broker_id, self.zk, cfg,
+                                     on_elected=lambda: self.metadata.controller_elected(self.broker_id))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._tasks: list[asyncio.Task] = []
         self._hw_path = os.path.join(broker.log_dirs[0], HW_CHECKPOINT)
         self.registered = False
+        self.stopping = False  # roles are frozen once a stop has begun
 
     # ---- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -59,12 +61,21 @@ class ReplicaManager:
         self._saved_hw = read_checkpoint(self._hw_path) if os.path.exists(self._hw_path) else {}
         await self.metadata.start()
         await self._register()
-        self.zk.on_new_session(lambda: asyncio.get_running_loop().create_task(self._register()))
+        self.zk.on_new_session(self._on_new_session)
         await self.controller.start()
         loop = asyncio.get_running_loop()
         lag_ms = self.broker.config["replica.lag.time.max.ms"]
         self._tasks = [loop.create_task(self.broker._every(lag_ms / 2000, self._shrink_isrs)),
                        loop.create_task(self.broker._every(5.0, self.checkpoint_high_watermarks))]
+
+    async def wait_for_controller(self, timeout: float) -> bool:
+        """Until this broker and the controller are both known (this broker's own election included), at most
+        ``timeout`` seconds; False when the bound passed first."""
+        return await self.metadata.wait_until(lambda: self.metadata.controller_known(self.broker_id), timeout)
+
+    def _on_new_session(self) -> None:
+        if not self.stopping:
+            asyncio.get_running_loop().create_task(self._register())
 
     async def _adopt_cluster_id(self) -> None:
         """The cluster id lives in ``/cluster/id``; log dirs of another cluster are refused (as Kafka does)."""
@@ -103,14 +114,20 @@ class ReplicaManager:
                 await asyncio.sleep(0.5)
         raise RuntimeError(f"broker id {self.broker_id} is registered by another live broker")
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float) -> bool:
+        """Resign as controller, stop the fetchers, checkpoint high watermarks, close the ZooKeeper session (which
+        removes the registration); each step bounded by ``timeout`` seconds. False if the fetchers overran."""
+        self.stopping = True
         for task in self._tasks:
             task.cancel()
         await self.controller.stop()
-        for fetcher in self.fetchers.values():
-            await fetcher.stop()
-        self.checkpoint_high_watermarks()
-        await self.zk.stop()
+        stopped = await asyncio.gather(*(f.stop(timeout) for f in list(self.fetchers.values())))
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as exc:
+            log.error("could not checkpoint high watermarks: %s", exc)
+        await self.zk.stop(timeout)
+        return all(stopped)
 
     def checkpoint_high_watermarks(self) -> None:
         entries = {key: p.log.high_watermark for key, p in self.partitions.items()}
@@ -119,7 +136,7 @@ class ReplicaManager:
 
     # ---- roles ----------------------------------------------------------------------------------------------------
     def _on_partition(self, topic: str, index: int) -> None:
-        if not self.registered:
+        if not self.registered or self.stopping:
             return
         state = self.metadata.state(topic, index)
         replicas = self.metadata.replicas(topic, index)

@@ -140,12 +140,20 @@ class Zk:
     def stop_watch(self, path: str) -> None:
         self._stopped_watches.add(path)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Close the session (its ephemeral nodes go at once), waiting at most ``timeout`` seconds: an
+        unresponsive ZooKeeper leaves kazoo's stop running on its thread, and the session to expire."""
         self._closing = True
         if self.client is not None:
-            try:
-                await asyncio.wait_for(self.call(self.client.stop), 10)
-            except Exception:
-                log.exception("closing the ZooKeeper session")
-            self.client.close()
-        self._executor.shutdown(wait=False)
+            stopping = asyncio.ensure_future(self.call(self.client.stop))
+            done, _ = await asyncio.wait({stopping}, timeout=timeout)
+            if not done:
+                log.warning("ZooKeeper did not acknowledge the end of the session within %gs", timeout)
+            elif stopping.exception() is not None:
+                log.warning("closing the ZooKeeper session: %s", stopping.exception())
+            else:
+                try:
+                    self.client.close()
+                except Exception as exc:  # noqa: BLE001 (closing is best effort)
+                    log.warning("closing the ZooKeeper client: %s", exc)
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -11,6 +11,11 @@ of ``queued.max.request.bytes`` that is released once the request has been handl
 connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow senders of
 huge frames cannot starve ordinary clients.
 File regions in a response go out with ``loop.sendfile`` (zero copy) when large enough to be worth it.
+
+Lifecycle: :meth:`KafkaListener.start` binds the port without accepting (connections are refused), so a broker
+can register its address before it serves; :meth:`~KafkaListener.serve` starts accepting. :meth:`~KafkaListener.stop`
+stops accepting, cancels every connection and waits a bounded time, then aborts whatever is still open (a peer
+that stopped reading cannot hold a stopping broker).
 """
 
 from __future__ import annotations
@@ -71,30 +76,50 @@ class KafkaListener:
         self.max_request_bytes = max_request_bytes
         self.pool = pool if pool is not None else MemoryPool(-1)
         self._server: asyncio.base_events.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._closing = False
 
     async def start(self) -> None:
+        """Bind (the port is known from here on, even for port 0) without accepting connections yet."""
         self._server = await asyncio.start_server(self._serve, self.host or None, self.port, limit=STREAM_LIMIT,
-                                                  reuse_address=True)
+                                                  reuse_address=True, start_serving=False)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    async def stop(self) -> None:
+    async def serve(self) -> None:
+        """Start accepting connections."""
+        if self._server is not None and not self._closing:
+            await self._server.start_serving()
+
+    def close(self) -> None:
+        """Stop accepting connections; open ones end after the request in hand (idle ones at :meth:`stop`)."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
+
+    async def stop(self, timeout: float = 5.0) -> bool:
+        """Close every connection, waiting at most ``timeout`` seconds for their tasks; False if some overran."""
+        self.close()
         for task in list(self._connections):
             task.cancel()
+        pending = set()
         if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+            _, pending = await asyncio.wait(set(self._connections), timeout=timeout)
+        for writer in list(self._connections.values()):
+            writer.transport.abort()  # also when a task overran: its socket is closed under it
+        if pending:
+            log.warning("%s: %d connection(s) did not close within %gs; aborted", self.name, len(pending), timeout)
+        return not pending
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:  # accepted in the same loop pass as close()
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
-        self._connections.add(task)
+        self._connections[task] = writer
         current_listener.set(self.name)
         peer = writer.get_extra_info("peername")
         try:
-            while True:
+            while not self._closing:
                 head = await reader.readexactly(4)
                 size = int.from_bytes(head, "big", signed=True)
                 if size < 0 or size > self.max_request_bytes:
@@ -119,7 +144,7 @@ class KafkaListener:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
 
     @staticmethod
