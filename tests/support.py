@@ -155,6 +155,131 @@ class ZooKeeperProcess:
         self.proc = None
 
 
+class ZooKeeperEnsemble:
+    """``size`` ZooKeeper servers in one ensemble (``logbus zookeeper --server-id N --server ...``): server N on
+    127.0.0.N with free client, quorum and election ports, data under ``workdir/zkN``. Nodes are addressed by
+    index (0-based: index i is server i+1); each is started, stopped or killed by its pid. Drop-in for
+    ``Cluster.zookeeper`` (``connect``, ``start``, ``stop``)."""
+
+    def __init__(self, workdir: Path, size: int = 3, tick_time_ms: int = 250, init_limit: int = 10,
+                 sync_limit: int = 5):
+        self.dir = Path(workdir)
+        self.size, self.tick_time_ms, self.init_limit, self.sync_limit = size, tick_time_ms, init_limit, sync_limit
+        self.hosts = [f"127.0.0.{i + 1}" for i in range(size)]
+        self.ports: list[int] = []  # client ports
+        self.peer_ports: list[tuple[int, int]] = []  # (quorum, election)
+        for host in self.hosts:
+            picked: set[int] = set()
+            while len(picked) < 3:
+                picked.add(free_port(host))
+            client, quorum, election = sorted(picked)
+            self.ports.append(client)
+            self.peer_ports.append((quorum, election))
+        self.procs: list[subprocess.Popen | None] = [None] * size
+
+    @property
+    def connect(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.ports))
+
+    @property
+    def servers(self) -> str:
+        """The ``--server`` value: every member, ZooKeeper's ``server.N`` syntax, comma-separated."""
+        return ",".join(f"{i + 1}={h}:{q}:{e};{h}:{p}"
+                        for i, (h, p, (q, e)) in enumerate(zip(self.hosts, self.ports, self.peer_ports)))
+
+    def node_dir(self, index: int) -> Path:
+        return self.dir / f"zk{index + 1}"
+
+    def argv(self, index: int) -> list[str]:
+        return [sys.executable, "-m", "logbus.cli", "zookeeper", "--data-dir", str(self.node_dir(index)),
+                "--host", self.hosts[index], "--port", str(self.ports[index]), "--tick-time",
+                str(self.tick_time_ms), "--server-id", str(index + 1), "--server", self.servers,
+                "--init-limit", str(self.init_limit), "--sync-limit", str(self.sync_limit)]
+
+    def _launch(self, index: int) -> None:
+        if self.alive(index):
+            return
+        self.node_dir(index).mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+        with open(self.node_dir(index) / "zookeeper.out", "ab") as out:
+            self.procs[index] = subprocess.Popen(self.argv(index), stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def start(self, index: int | None = None, timeout: float = 60) -> "ZooKeeperEnsemble":
+        """Every node (index None: until all serve, one as leader) or one node (until it serves again)."""
+        indexes = range(self.size) if index is None else [index]
+        for i in indexes:
+            self._launch(i)
+
+        def serving():
+            modes = {i: self.mode(i) for i in range(self.size) if self.alive(i) or i in indexes}
+            if any(modes[i] not in ("leader", "follower") for i in indexes):
+                return False
+            return list(modes.values()).count("leader") == 1
+
+        wait_until(serving, timeout, interval=0.2, what=f"ZooKeeper {'ensemble' if index is None else index} "
+                                                        "serving with one leader")
+        return self
+
+    def alive(self, index: int) -> bool:
+        proc = self.procs[index]
+        return proc is not None and proc.poll() is None
+
+    def pid(self, index: int) -> int:
+        return self.procs[index].pid
+
+    def four_letter(self, index: int, word: str) -> str | None:
+        proc = self.procs[index]
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"ZooKeeper {index + 1} exited with {proc.returncode}: "
+                               + (self.node_dir(index) / "zookeeper.out").read_text(errors="replace")[-2000:])
+        try:
+            with socket.create_connection((self.hosts[index], self.ports[index]), timeout=2) as s:
+                s.sendall(word.encode())
+                chunks = []
+                while chunk := s.recv(4096):
+                    chunks.append(chunk)
+                return b"".join(chunks).decode(errors="replace")
+        except OSError:
+            return None
+
+    def ruok(self, index: int) -> bool:
+        return self.four_letter(index, "ruok") == "imok"
+
+    def mode(self, index: int) -> str | None:
+        """``leader``, ``follower``, or None (down, or not serving: no quorum, election under way)."""
+        if self.procs[index] is None:
+            return None
+        for line in (self.four_letter(index, "srvr") or "").splitlines():
+            if line.startswith("Mode: "):
+                return line.split(":", 1)[1].strip()
+        return None
+
+    def leader(self) -> int | None:
+        leaders = [i for i in range(self.size) if self.alive(i) and self.mode(i) == "leader"]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def rss_kb(self, index: int) -> int:
+        """VmRSS of node ``index``'s JVM (``logbus zookeeper`` execs java: the pid is the JVM's)."""
+        with open(f"/proc/{self.pid(index)}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError(f"no VmRSS for pid {self.pid(index)}")
+
+    def kill9(self, index: int) -> None:
+        proc = self.procs[index]
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self.procs[index] = None
+
+    def stop(self, index: int | None = None) -> None:
+        """SIGTERM (then SIGKILL) node ``index``, or every node."""
+        for i in range(self.size) if index is None else [index]:
+            terminate(self.procs[i])
+            self.procs[i] = None
+
+
 class Cluster:
     """A ZooKeeper and ``size`` brokers (ids 0..size-1) under one chroot; brokers stopped and started by id."""
 
@@ -238,6 +363,15 @@ class Cluster:
                     pass
             proc.stop()
         self.zookeeper.stop()
+
+
+class EnsembleCluster(Cluster):
+    """``Cluster`` on a ZooKeeper ensemble of ``zookeeper_size`` nodes instead of one ZooKeeper."""
+
+    def __init__(self, workdir: Path, size: int = 3, chroot: str = "/logbus", zookeeper_size: int = 3,
+                 **overrides: object):
+        super().__init__(workdir, size, chroot, **overrides)
+        self.zookeeper = ZooKeeperEnsemble(self.dir / "zk", zookeeper_size)
 
 
 class RegistryProcess:

@@ -18,9 +18,14 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _zookeeper(args: argparse.Namespace) -> int:
-    from logbus.zookeeper import run
+    from logbus.zookeeper import EnsembleError, ensemble, run
 
-    return run(args.data_dir, args.host, args.port, args.tick_time)
+    try:
+        quorum = ensemble(args.server_id, args.server, args.init_limit, args.sync_limit, args.host, args.port)
+        return run(args.data_dir, args.host, args.port, args.tick_time, quorum)
+    except EnsembleError as exc:
+        print(f"logbus: zookeeper: {exc}", file=sys.stderr)
+        return 2
 
 
 def _topics(args: argparse.Namespace) -> int:
@@ -169,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     zk.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
     zk.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     zk.add_argument("--tick-time", type=int, default=2000, help="tickTime in ms (sessions: 2 to 20 ticks)")
+    zk.add_argument("--server-id", metavar="N", help="ensemble: this server's id (1-255, written to myid); "
+                                                     "with --server, else standalone")
+    zk.add_argument("--server", action="append", metavar="ID=HOST:QUORUM_PORT:ELECTION_PORT[;[HOST:]CLIENT_PORT]",
+                    help="ensemble: one member, this one included, as ZooKeeper's server.ID line (repeat it, or "
+                         "separate members with commas)")
+    zk.add_argument("--init-limit", metavar="TICKS", help="ensemble: initLimit (default 10)")
+    zk.add_argument("--sync-limit", metavar="TICKS", help="ensemble: syncLimit (default 5)")
     zk.set_defaults(func=_zookeeper)
 
     topics = verbs.add_parser("topics", help="list, describe, create or delete topics (as kafka-topics.sh)")
