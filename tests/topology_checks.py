@@ -10,9 +10,9 @@ import requests
 from support import wait_until
 
 WINDOW_MS, GRACE_MS = 4000, 4000
-# a topology's settings for a bounded test: 4 s windows, the load DAG only when triggered (plus its @once run)
+# a topology's settings for a bounded test: 4 s windows, the load DAG only when a test triggers it
 SMALL_WINDOWS = {"audit_window_ms": WINDOW_MS, "audit_grace_ms": GRACE_MS, "audit_emit_interval_ms": 1000,
-                 "load_schedule": "@once", "demo": {"rate": 50}}
+                 "load_schedule": "none", "demo": {"rate": 50}}
 
 
 def airflow_token(airflow: str, password: str) -> str:

@@ -40,6 +40,10 @@ def _yaml(value, indent: int = 0) -> str:
 def _healthcheck(s: Service) -> dict | None:
     if s.health[0] == "tcp":
         probe = f"import socket; socket.create_connection(('127.0.0.1', {s.health[1]}), 2)"
+    elif s.health[0] == "zookeeper":  # serving (srvr: leader, follower or standalone), not merely listening
+        probe = (f"import socket, sys; c = socket.create_connection(('127.0.0.1', {s.health[1]}), 2); "
+                 "c.sendall(b'srvr'); out = b''.join(iter(lambda: c.recv(4096), b'')); "
+                 "sys.exit(0 if any(b'Mode: ' + m in out for m in (b'leader', b'follower', b'standalone')) else 1)")
     elif s.health[0] == "http":
         url = f"http://127.0.0.1:{s.health[1]}{s.health[2]}"
         probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=3)"

@@ -136,10 +136,29 @@ def exit_text(code: int | None) -> str:
     return f"code {code}"
 
 
+def zookeeper_mode(host: str, port: int, timeout: float = 2.0) -> str | None:
+    """What ZooKeeper's ``srvr`` says this node is — ``leader``, ``follower`` or ``standalone`` — or None: not
+    answering, or not serving (an ensemble member without a quorum answers "not currently serving requests")."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"srvr")
+            chunks = []
+            while chunk := sock.recv(4096):
+                chunks.append(chunk)
+    except OSError:
+        return None
+    for line in b"".join(chunks).decode(errors="replace").splitlines():
+        if line.startswith("Mode: "):
+            return line.partition(":")[2].strip()
+    return None
+
+
 def _healthy(s: Service, state: State) -> bool:
     if state.service_pid(s.name) is None:
         return False
     kind = s.health[0]
+    if kind == "zookeeper":  # serving: a standalone node, or an ensemble member with a quorum
+        return zookeeper_mode(s.host, s.health[1]) in ("leader", "follower", "standalone")
     try:
         if kind == "tcp":
             with socket.create_connection((s.host, s.health[1]), timeout=2):

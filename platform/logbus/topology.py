@@ -3,6 +3,12 @@ local processes (``logbus up``, each "host" on its own loopback address) and ``d
 container). :func:`services` expands the definition into services with their commands, config files, health
 checks and dependencies for a target: ``local`` (addresses 127.0.x.y, files under the state directory) or
 ``compose`` (container hostnames, configs under /etc/logbus, data under /var/lib/logbus).
+
+A datacenter's ``zookeeper`` is a number of nodes (``true``: one): one node runs standalone, more form an
+ensemble (``logbus zookeeper --server-id N --server ...``; quorum and election ports ``ports.zookeeper_quorum`` /
+``ports.zookeeper_election``, 2888 / 3888 by default) on addresses of their own (local: .10, .11, ...; compose:
+``<dc>-zookeeper1``, ...), and the datacenter's brokers list every node in ``zookeeper.connect``. A node is healthy
+once it serves (``srvr`` says leader, follower or standalone): an ensemble member only with a quorum behind it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "topology" / "default.json"
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
+# (an ensemble's ZooKeeper nodes are .10, .11, ...)
 OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "audit": 40, "airflow": 50, "frontend": 100}
+
+PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888}  # a ZooKeeper ensemble's peer ports
 
 
 class TopologyError(ValueError):
@@ -32,7 +41,7 @@ class Service:
     files: dict[str, str] = field(default_factory=dict)   # config files: name relative to the config dir
     env: dict[str, str] = field(default_factory=dict)
     depends_on: list[str] = field(default_factory=list)
-    health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("alive",)
+    health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("zookeeper", port) | ("alive",)
     port: int | None = None        # the port users connect to, if any
     url: str | None = None         # printed by `logbus up` (http services)
     program: str = "logbus"        # "logbus" (the CLI) or "airflow"
@@ -67,8 +76,15 @@ class _Names:
         octet = index if role == "broker" else OCTETS[role] + index
         return f"{network}.{octet}"
 
+    def zookeeper(self, dc: str, index: int, count: int) -> tuple[str, str]:
+        """(service name, host) of node ``index`` (1-based) of a datacenter's ``count`` ZooKeeper nodes."""
+        name = f"{dc}-zookeeper{index if count > 1 else ''}"
+        if self.target == "compose":
+            return name, name
+        return name, f"{self.topo['datacenters'][dc]['network']}.{OCTETS['zookeeper'] + index - 1}"
+
     def port(self, kind: str, dc: str | None = None) -> int:
-        ports = self.topo["ports"]
+        ports = {**PORT_DEFAULTS, **self.topo["ports"]}
         specific = ports.get(f"{dc}.{kind}") if dc else None
         return int(specific or ports[kind])
 
@@ -96,6 +112,15 @@ class _Names:
         return [f"127.0.0.1:{self.published(kind, dc, index)}:{container_port}"]
 
 
+def _zookeeper_count(dc: str, spec: dict) -> int:
+    value = spec.get("zookeeper", True)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and 0 <= value <= 9:  # local addresses .10 to .18, below the registry's .20
+        return value
+    raise TopologyError(f"{dc}: zookeeper must be true, false or a number of nodes (0-9), not {value!r}")
+
+
 def _props(values: dict) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
@@ -112,14 +137,18 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
     primary = next((dc for dc, spec in dcs.items() if spec.get("registry") == "primary"), None)
     registry_url = (f"http://{n.host(primary, 'registry')}:{n.port('registry', primary)}" if primary else None)
     for dc, spec in dcs.items():
-        zk_name = f"{dc}-zookeeper"
-        zk = f"{n.host(dc, 'zookeeper')}:{n.port('zookeeper', dc)}"
-        if spec.get("zookeeper", True):
-            out.append(Service(zk_name, dc, "zookeeper", n.host(dc, "zookeeper"),
-                               ["zookeeper", "--data-dir", n.data_dir(zk_name), "--host",
-                                "0.0.0.0" if target == "compose" else n.host(dc, "zookeeper"),
-                                "--port", str(n.port("zookeeper", dc))],
-                               health=("tcp", n.port("zookeeper", dc)), port=n.port("zookeeper", dc)))
+        count = _zookeeper_count(dc, spec)
+        zookeepers = [n.zookeeper(dc, i, count) for i in range(1, max(count, 1) + 1)]
+        zk_port = n.port("zookeeper", dc)
+        zk = ",".join(f"{host}:{zk_port}" for _, host in zookeepers)  # every node: clients fail over among them
+        members = ",".join(f"{i}={host}:{n.port('zookeeper_quorum', dc)}:{n.port('zookeeper_election', dc)}"
+                           for i, (_, host) in enumerate(zookeepers, 1))
+        for i, (zk_name, zk_host) in enumerate(zookeepers[:count], 1):
+            argv = ["zookeeper", "--data-dir", n.data_dir(zk_name), "--host",
+                    "0.0.0.0" if target == "compose" else zk_host, "--port", str(zk_port)]
+            if count > 1:
+                argv += ["--server-id", str(i), "--server", members]
+            out.append(Service(zk_name, dc, "zookeeper", zk_host, argv, health=("zookeeper", zk_port), port=zk_port))
         brokers = int(spec.get("brokers", 1))
         for i in range(1, brokers + 1):
             name = f"{dc}-broker{i}"
@@ -142,7 +171,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                       "group.initial.rebalance.delay.ms": 0, "zookeeper.session.timeout.ms": 6000,
                       **spec.get("broker_config", {})}
             out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
-                               files={"server.properties": _props(config)}, depends_on=[zk_name],
+                               files={"server.properties": _props(config)},
+                               depends_on=[zk_name for zk_name, _ in zookeepers],
                                health=("tcp", port), port=port,
                                published=n.published_list("broker", dc, external, i) if target == "compose"
                                else []))

@@ -22,7 +22,8 @@ published ports only (127.0.0.1):
    SIGKILL sent to a namespace's init from inside). Both must come back through the restart policy (restart count
    up, healthy or running again), the other services must not restart, and once the mirror has caught up the
    windows after the kill are 100% again at live and offline (re-reads show as duplicates, never as loss);
-6. ``docker-compose down -v --remove-orphans`` — always, also when a step fails — and no container, network or
+6. ``docker-compose down --remove-orphans`` leaves no container and keeps every named volume (the data); then
+   ``docker-compose down -v --remove-orphans`` — always, also when a step fails — and no container, network or
    volume of the project is left.
 
 Three checks are made after the whole journey and teardown, so that one finding does not hide the others: no
@@ -52,6 +53,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 from support import REPO, wait_until
 from topology_checks import (GRACE_MS, SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, run_dag,
                              wait_recovered)
@@ -360,6 +362,15 @@ def test_compose_up(tmp_path):
         counts = ", ".join(f"{n} {after[n]['restarts']}" for n in KILLED)
         print(f"windows since the kill: {len({r['window_start'] for r in closed})} closed, all 100% at live and "
               f"offline ({sum(r['duplicates'] for r in closed)} duplicates counted); restart counts: {counts}")
+
+        # `down` (without -v) removes the containers and keeps the data: every named volume is still there
+        named = set(yaml.safe_load((stack_dir / "docker-compose.yml").read_text()).get("volumes") or {})
+        kept = stack.compose("down", "--remove-orphans", timeout=600)
+        assert kept.returncode == 0, kept.stdout + kept.stderr
+        left = stack.leftovers()
+        volumes = {v.removeprefix(stack.project + "_") for v in left["volumes"]}
+        assert not left["containers"] and named and volumes == named, (left, named)
+        print(f"down: no container left, the {len(named)} named volumes kept")
     except BaseException:
         logs = stack.compose("logs", "--no-color", "--tail", "25", timeout=120)
         print(f"\n--- docker-compose logs --tail 25 (the test failed) ---\n{logs.stdout}{logs.stderr}")

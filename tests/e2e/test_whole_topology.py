@@ -1,8 +1,9 @@
 """The whole two-datacenter topology as a new user runs it: ``logbus up`` on a fresh state directory, a schema
 registered over HTTP, demo traffic for a few windows, the load DAG triggered through Airflow's REST API, the audit
-report at 100% for closed windows at every tier (audit service and the Airflow page); then ``kill -9`` of a live
-broker and of the mirror during traffic, ``logbus up`` again, and later windows still 100% complete;
-``logbus down`` leaves no process behind."""
+report at 100% for closed windows at every tier (audit service and the Airflow page); then, during traffic,
+``kill -9`` of the live ZooKeeper ensemble's leader (its supervisor restarts it; no broker restarts) and of a live
+broker and the mirror, ``logbus up`` again, and later windows still 100% complete; ``logbus down`` leaves no process
+behind."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def logbus(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def test_topology(tmp_path):
-    from logbus.local import leftovers
+    from logbus.local import leftovers, zookeeper_mode
 
     topo = json.loads((REPO / "topology" / "default.json").read_text())
     net = random.randrange(60, 250)
@@ -41,6 +42,16 @@ def test_topology(tmp_path):
     topo.update(SMALL_WINDOWS)
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     state = tmp_path / "state"
+
+    def statuses() -> dict[str, dict]:
+        return {s["name"]: s for s in json.loads(logbus("status", "--json", "--state-dir", str(state)).stdout)
+                ["services"]}
+
+    live_zookeepers = {f"live-zookeeper{i}": f"127.{net}.1.{9 + i}" for i in (1, 2, 3)}
+
+    def live_zookeeper_modes() -> dict[str, str | None]:
+        return {name: zookeeper_mode(host, topo["ports"]["zookeeper"]) for name, host in live_zookeepers.items()}
+
     try:
         out = logbus("up", "--topology", str(tmp_path / "topology.json"), "--state-dir", str(state))
         assert out.returncode == 0, out.stdout + out.stderr
@@ -69,16 +80,31 @@ def test_topology(tmp_path):
         first_cut = run_dag(airflow, token)
         check_complete(json.loads(report.read_text()), audit, airflow, token, until_ms=first_cut)
 
-        # failures during traffic: kill -9 a live broker and the mirror, then `logbus up` brings them back
+        # failures during traffic: kill -9 the live ZooKeeper leader (the JVM: its supervisor restarts it) ...
+        killed_at = int(time.time() * 1000)
+        modes = live_zookeeper_modes()
+        leaders = [name for name, mode in modes.items() if mode == "leader"]
+        assert len(leaders) == 1, modes
+        zk_leader = leaders[0]
+        os.kill(statuses()[zk_leader]["service_pid"], signal.SIGKILL)
+        wait_until(lambda: [n for n, m in live_zookeeper_modes().items() if m == "leader" and n != zk_leader], 30,
+                   interval=0.2, what="a new leader of the live ZooKeeper ensemble")
+        # ... then a live broker and the mirror, whole (supervisors included): `logbus up` brings them back
         records = {n: json.loads((state / "pids" / f"{n}.json").read_text()) for n in ("live-broker2",
                                                                                         "offline-mirror-live")}
         for rec in records.values():
             os.killpg(rec["pid"], signal.SIGKILL)
-        killed_at = int(time.time() * 1000)
         time.sleep(8)
         out = logbus("up", "--state-dir", str(state))
         assert out.returncode == 0, out.stdout + out.stderr
         assert "live-broker2             started" in out.stdout and "offline-mirror-live      started" in out.stdout
+        assert f"{zk_leader:24} already running" in out.stdout, out.stdout  # restarted by its supervisor
+        after = statuses()
+        assert after[zk_leader]["healthy"] and after[zk_leader]["last_exit"] == "SIGKILL", after[zk_leader]
+        assert live_zookeeper_modes()[zk_leader] in ("leader", "follower")  # rejoined the ensemble
+        restarted = {n: s["last_exit"] for n, s in after.items()
+                     if s["kind"] in ("zookeeper", "broker") and s["restarts"] and n != zk_leader}
+        assert restarted == {}, f"ZooKeeper nodes or brokers restarted by their supervisors: {restarted}"
         wait_recovered(audit, killed_at)  # the mirror caught up: offline complete again after the failures
         second_cut = run_dag(airflow, token)
         rows = check_complete(json.loads(report.read_text()), audit, airflow, token, until_ms=second_cut)

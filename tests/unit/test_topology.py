@@ -15,7 +15,7 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     offline = {s.kind for s in svcs.values() if s.datacenter == "offline"}
     assert live == {"zookeeper", "broker", "registry", "counter", "frontend"}
     assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow"}
-    assert sum(s.kind == "broker" for s in svcs.values()) == 6
+    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 21
     assert svcs["live-broker1"].host == "127.0.1.1" and svcs["offline-broker3"].host == "127.0.2.3"
     assert "mode=READONLY" in svcs["offline-registry"].files["registry.properties"]
     assert "127.0.1.1:9092" in svcs["offline-mirror-live"].files["consumer.properties"]
@@ -31,7 +31,53 @@ def test_local_and_compose_services_are_the_same_services():
         assert (a.kind, a.datacenter, a.depends_on, a.port, a.program) == (b.kind, b.datacenter, b.depends_on,
                                                                            b.port, b.program)
         assert a.argv[0] == b.argv[0] and set(a.files) == set(b.files)
-    assert compose[1].host == "live-broker1"
+    assert {s.name: s.host for s in compose}["live-broker1"] == "live-broker1"
+
+
+def test_each_datacenter_runs_a_three_node_zookeeper_ensemble_its_brokers_all_list(tmp_path):
+    topo = load()
+    for target in ("local", "compose"):
+        svcs = {s.name: s for s in services(topo, target, tmp_path)}
+        for dc, network in (("live", "127.0.1"), ("offline", "127.0.2")):
+            names = [f"{dc}-zookeeper{i}" for i in (1, 2, 3)]
+            assert [s.name for s in svcs.values() if s.kind == "zookeeper" and s.datacenter == dc] == names
+            hosts = names if target == "compose" else [f"{network}.{octet}" for octet in (10, 11, 12)]
+            assert [svcs[name].host for name in names] == hosts
+            members = ",".join(f"{i}={h}:2888:3888" for i, h in enumerate(hosts, 1))
+            for i, name in enumerate(names, 1):
+                zk = svcs[name]
+                assert zk.depends_on == [] and zk.health == ("zookeeper", 2181) and zk.port == 2181
+                assert zk.argv[zk.argv.index("--server-id") + 1] == str(i)
+                assert zk.argv[zk.argv.index("--server") + 1] == members
+                assert zk.argv[zk.argv.index("--host") + 1] == ("0.0.0.0" if target == "compose" else hosts[i - 1])
+            connect = ",".join(f"{h}:2181" for h in hosts) + f"/{dc}"
+            for b in (1, 2, 3):
+                broker = svcs[f"{dc}-broker{b}"]
+                assert broker.depends_on == names
+                assert f"zookeeper.connect={connect}\n" in broker.files["server.properties"]
+    text, _ = render(topo)
+    assert text.count("b'srvr'") == 6 and "2181:" not in text and "2888" in text  # never published
+
+
+def test_one_zookeeper_node_runs_standalone_and_bad_counts_are_refused(tmp_path):
+    topo = load()
+    topo["datacenters"]["live"]["zookeeper"] = True
+    svcs = {s.name: s for s in services(topo, "local", tmp_path)}
+    zk = svcs["live-zookeeper"]
+    assert zk.host == "127.0.1.10" and "--server-id" not in zk.argv and zk.health == ("zookeeper", 2181)
+    assert svcs["live-broker1"].depends_on == ["live-zookeeper"]
+    assert "zookeeper.connect=127.0.1.10:2181/live\n" in svcs["live-broker1"].files["server.properties"]
+    assert "offline-zookeeper3" in svcs
+    topo["ports"].update(zookeeper_quorum=4888, zookeeper_election=5888)
+    svcs = {s.name: s for s in services(topo, "compose")}
+    assert "2=offline-zookeeper2:4888:5888" in svcs["offline-zookeeper1"].argv[-1]
+    for bad in ("3", -1, 1.5, 10):
+        topo["datacenters"]["live"]["zookeeper"] = bad
+        with pytest.raises(TopologyError, match="live: zookeeper must be true, false or a number of nodes"):
+            services(topo, "local", tmp_path)
+    topo["datacenters"]["live"]["zookeeper"] = False
+    with pytest.raises(TopologyError, match="live-broker1 depends on live-zookeeper, which the topology does not"):
+        services(topo, "local", tmp_path)
 
 
 def test_checked_in_compose_files_match_the_topology():
