@@ -247,12 +247,11 @@ class ZooKeeperEnsemble:
 
     def mode(self, index: int) -> str | None:
         """``leader``, ``follower``, or None (down, or not serving: no quorum, election under way)."""
+        from logbus.local import zookeeper_mode
+
         if self.procs[index] is None:
             return None
-        for line in (self.four_letter(index, "srvr") or "").splitlines():
-            if line.startswith("Mode: "):
-                return line.split(":", 1)[1].strip()
-        return None
+        return zookeeper_mode(self.hosts[index], self.ports[index])
 
     def leader(self) -> int | None:
         leaders = [i for i in range(self.size) if self.alive(i) and self.mode(i) == "leader"]

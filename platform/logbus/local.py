@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from logbus.retry import Backoff
 from logbus.topology import REPO, Service, TopologyError, command, load, services
 
 MARKER = "LOGBUS_TOPOLOGY_STATE"
@@ -205,7 +206,7 @@ def _launch(s: Service, state: State) -> int:
 def backoff(streak: int) -> float:
     """Seconds before the restart that follows ``streak`` consecutive short runs (shorter than BACKOFF_RESET):
     1, 2, 4, 8, 16, 30, 30, ..."""
-    return min(BACKOFF_CAP, BACKOFF_INITIAL * 2 ** max(0, min(streak, 32) - 1))
+    return Backoff(BACKOFF_INITIAL, BACKOFF_CAP, jitter=0).delay(streak - 1)
 
 
 def _write_status(path: Path, status: dict) -> None:

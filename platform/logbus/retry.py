@@ -13,9 +13,13 @@ class Backoff:
         self.initial, self.maximum, self.jitter = initial, maximum, jitter
         self.attempts = 0
 
+    def delay(self, failures: int) -> float:
+        """The pause after ``failures`` earlier failures in a row, without jitter: initial, doubling, capped."""
+        return min(self.maximum, self.initial * 2.0 ** min(max(failures, 0), 64))  # no overflow, however long
+
     def next(self) -> float:
         """The pause before the next attempt (and count this failure)."""
-        base = min(self.initial * (2 ** self.attempts), self.maximum)
+        base = self.delay(self.attempts)
         self.attempts += 1
         return base * (1 - self.jitter * random.random())
 
