@@ -7,7 +7,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,6 +105,16 @@ def terminate(proc: subprocess.Popen | None, timeout: float = 15) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """``kill -9`` of a process started with its own process group (``start_new_session``), and wait for it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
@@ -466,3 +478,86 @@ def read_topic(bootstrap: str, topic: str) -> list:
     finally:
         consumer.close()
     return out
+
+
+class Ledger:
+    """An ``acks=all`` idempotent producer on a thread that keeps a ledger of every acknowledged record: values are
+    increasing sequence numbers, ``seq % partitions`` picks the partition, so each partition's acknowledged values
+    must read back in increasing order. ``check`` reads the topic and compares."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = 2, interval: float = 0.005,
+                 message_timeout_ms: int = 120000):
+        self.bootstrap, self.topic, self.partitions, self.interval = bootstrap, topic, partitions, interval
+        self.message_timeout_ms = message_timeout_ms
+        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.failed: Counter = Counter()
+        self.produced = 0
+        self.acked_at = 0.0  # time.monotonic() of the last acknowledgement
+        self.unflushed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ledger-{topic}", daemon=True)
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is None:
+            self.acked[msg.partition()].append(int(msg.value()))
+            self.acked_at = time.monotonic()
+        else:
+            self.failed[err.name()] += 1
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms,
+                             "retry.backoff.ms": 100})
+        while not self._stop.is_set():
+            try:
+                producer.produce(self.topic, str(self.produced).encode(), partition=self.produced % self.partitions,
+                                 on_delivery=self._on_delivery)
+                self.produced += 1
+            except BufferError:
+                pass
+            producer.poll(self.interval)
+        self.unflushed = producer.flush(self.message_timeout_ms / 1000 + 30)
+
+    def start(self) -> "Ledger":
+        self._thread.start()
+        return self
+
+    def count(self) -> int:
+        return sum(map(len, self.acked.values()))
+
+    def progress(self, what: str, count: int = 100, timeout: float = 60) -> None:
+        """Until ``count`` more records are acknowledged."""
+        before = self.count()
+        wait_until(lambda: self.count() >= before + count, timeout, what=what)
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop producing and wait for every record in flight to be acknowledged or to fail (``wait=False``: only
+        stop, after a failure elsewhere)."""
+        self._stop.set()
+        if not wait:
+            return
+        self._thread.join(self.message_timeout_ms / 1000 + 60)
+        assert not self._thread.is_alive(), "the ledger producer did not finish"
+        assert self.unflushed == 0, f"{self.unflushed} records neither acknowledged nor failed"
+
+    def check(self, bootstrap: str | None = None, duplicates_allowed: bool = False) -> dict:
+        """Read the topic (at ``bootstrap``, the producer's cluster by default): every acknowledged record is there,
+        in order per partition. Returns acknowledged, lost, duplicated and out-of-order counts (lost and
+        out-of-order must be 0; duplicates only where ``duplicates_allowed``)."""
+        records = read_topic(bootstrap or self.bootstrap, self.topic)
+        out = {"acknowledged": self.count(), "lost": 0, "duplicated": 0, "out_of_order": 0,
+               "delivery_failures": dict(self.failed)}
+        for p, acked in self.acked.items():
+            seen = [int(m.value()) for m in records if m.partition() == p]
+            out["duplicated"] += len(seen) - len(set(seen))
+            acked_set = set(acked)
+            in_ledger = [v for v in seen if v in acked_set]
+            first = list(dict.fromkeys(in_ledger))  # each value's first appearance
+            out["out_of_order"] += sum(1 for a, b in zip(first, first[1:]) if b < a)
+            out["lost"] += len(acked_set - set(seen))
+        assert out["lost"] == 0, f"{out['lost']} acknowledged records lost: {out}"
+        assert out["out_of_order"] == 0, f"records out of order: {out}"
+        assert duplicates_allowed or out["duplicated"] == 0, f"duplicates: {out}"
+        return out

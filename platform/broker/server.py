@@ -19,6 +19,7 @@ from broker.log.cleaner import LogCleaner
 from broker.log.log import LogConfig, PartitionLog
 from broker import limits
 from broker.log.manager import LogManager
+from broker.log.storage_errors import incidents, replace_file
 from broker.metadata.topics import (
     TOPIC_CONFIGS,
     TopicError,
@@ -94,9 +95,7 @@ class Broker:
             if read_meta_properties(log_dir) == {"version": "0", "broker.id": str(self.node_id),
                                                  "cluster.id": cluster_id}:
                 continue
-            with open(path + ".tmp", "w") as f:
-                f.write(text)
-            os.replace(path + ".tmp", path)
+            replace_file(path, text)
 
     # ---- topic configuration ---------------------------------------------------------------------------
     def _default_topic_configs(self) -> dict[str, str]:
@@ -174,7 +173,10 @@ class Broker:
         info = self.topics.create(name, partitions, replication_factor, configs, validate_only)
         if not validate_only:
             for p in range(partitions):
-                self.logs.create(name, p)
+                try:
+                    self.logs.create(name, p)
+                except OSError as exc:  # a full disk: the topic exists; its log is created at its first use
+                    incidents.failed(f"log creations in {self.log_dirs[0]}", exc, f"{name}-{p}")
                 if p % CREATE_BATCH == CREATE_BATCH - 1:
                     await asyncio.sleep(0)  # let other clients in between (about 0.3 ms a partition)
             log.info("created topic %s with %d partition(s)", name, partitions)
@@ -230,11 +232,16 @@ class Broker:
 
     def leader_log(self, topic: str, partition: int, leader_epoch: int = -1):
         """(error, log) of a partition this broker leads; ``leader_epoch`` (-1: not checked) fences clients
-        and followers with stale metadata. An offline partition (its log failed to load) is KAFKA_STORAGE_ERROR."""
+        and followers with stale metadata. An offline partition (its log failed to load), or one whose log the
+        disk does not let this broker create, is KAFKA_STORAGE_ERROR."""
         if self.logs.is_offline(topic, partition):
             return ErrorCode.kafka_storage_error, None
         if self.cluster is None:
-            return ErrorCode.none, self.log_for(topic, partition)
+            try:
+                return ErrorCode.none, self.log_for(topic, partition)
+            except OSError as exc:
+                incidents.failed(f"log creations in {self.log_dirs[0]}", exc, f"{topic}-{partition}")
+                return ErrorCode.kafka_storage_error, None
         part = self.cluster.partition(topic, partition)
         if part is None or not part.is_leader:
             return ErrorCode.not_leader_or_follower, None
@@ -286,12 +293,14 @@ class Broker:
             self._pid_next, self._pid_end = await self.cluster.reserve_producer_ids(PRODUCER_ID_BLOCK)
             self._pid_next += 1
             return self._pid_next - 1
-        if self._pid_next >= self._pid_end:
+        if self._pid_next >= self._pid_end:  # OSError if the disk refuses the new block: no id handed out
             path = os.path.join(self.log_dirs[0], "producer-id-block")
-            start = int(open(path).read()) if os.path.exists(path) else 0
-            with open(path + ".tmp", "w") as f:
-                f.write(str(start + PRODUCER_ID_BLOCK))
-            os.replace(path + ".tmp", path)
+            try:
+                with open(path) as f:
+                    start = int(f.read())
+            except FileNotFoundError:
+                start = 0
+            replace_file(path, str(start + PRODUCER_ID_BLOCK))
             self._pid_next, self._pid_end = start, start + PRODUCER_ID_BLOCK
         self._pid_next += 1
         return self._pid_next - 1

@@ -119,6 +119,12 @@ def _demo_traffic(args: argparse.Namespace) -> int:
                args.seconds)
 
 
+def _airflow(args: argparse.Namespace) -> int:
+    from logbus.airflow_runner import run
+
+    return run()
+
+
 def _up(args: argparse.Namespace) -> int:
     from logbus.local import up
 
@@ -255,6 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--window-ms", type=int, default=60000, help="audit.window.ms")
     traffic.add_argument("--seconds", type=float, help="stop after this long (default: until SIGTERM)")
     traffic.set_defaults(func=_demo_traffic)
+
+    airflow = verbs.add_parser("airflow", help="Airflow's db migrate, then its scheduler, dag-processor, api-server "
+                                               "and triggerer, each restarted when it exits (airflow standalone "
+                                               "restarts none); until SIGTERM")
+    airflow.set_defaults(func=_airflow)
 
     state_help = "where the topology keeps data, configs, logs and pids (default state/topology)"
     up = verbs.add_parser("up", help="run the two-datacenter topology as local processes (keeps data)")

@@ -47,6 +47,11 @@ def _healthcheck(s: Service) -> dict | None:
     elif s.health[0] == "http":
         url = f"http://127.0.0.1:{s.health[1]}{s.health[2]}"
         probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=3)"
+    elif s.health[0] == "airflow":  # as logbus.local.airflow_healthy: 200, metadatabase and scheduler healthy
+        url = f"http://127.0.0.1:{s.health[1]}{s.health[2]}"
+        probe = (f"import json, sys, urllib.request; r = urllib.request.urlopen('{url}', timeout=3); "
+                 "h = json.load(r); sys.exit(0 if r.status == 200 and all(h[p]['status'] == 'healthy' "
+                 "for p in ('metadatabase', 'scheduler')) else 1)")
     else:
         return None
     return {"test": ["CMD", "python", "-c", probe], "interval": "5s", "timeout": "5s", "retries": 60}
@@ -81,7 +86,7 @@ def render(topo: dict) -> tuple[str, dict[str, str]]:
         if s.published:
             entry["ports"] = list(s.published)
         # Docker's init (tini) as PID 1 reaps orphans: processes a service leaves behind (Airflow tasks' Spark JVMs)
-        # would stay zombies under a PID 1 that does not wait for them (`airflow standalone`)
+        # would stay zombies under a PID 1 that does not wait for them
         entry["init"] = True
         entry["restart"] = "unless-stopped"
         compose_services[s.name] = entry

@@ -154,12 +154,33 @@ def zookeeper_mode(host: str, port: int, timeout: float = 2.0) -> str | None:
     return None
 
 
+def airflow_healthy(host: str, port: int, path: str = "/api/v2/monitor/health", timeout: float = 3.0) -> bool:
+    """Airflow's health endpoint answers 200 and says the metadata database and the scheduler are healthy (the
+    scheduler: a heartbeat within ``[scheduler] scheduler_health_check_threshold``, 30 s by default) — not merely
+    that the API server answers, which it does while no scheduler runs."""
+    import http.client
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout) as r:
+            if r.status != 200:
+                return False
+            health = json.loads(r.read())
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return isinstance(health, dict) and all(isinstance(health.get(part), dict) and
+                                            health[part].get("status") == "healthy"
+                                            for part in ("metadatabase", "scheduler"))
+
+
 def _healthy(s: Service, state: State) -> bool:
     if state.service_pid(s.name) is None:
         return False
     kind = s.health[0]
     if kind == "zookeeper":  # serving: a standalone node, or an ensemble member with a quorum
         return zookeeper_mode(s.host, s.health[1]) in ("leader", "follower", "standalone")
+    if kind == "airflow":  # the API up is not enough: its scheduler may be gone
+        return airflow_healthy(s.host, s.health[1], s.health[2])
     try:
         if kind == "tcp":
             with socket.create_connection((s.host, s.health[1]), timeout=2):

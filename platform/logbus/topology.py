@@ -9,6 +9,11 @@ ensemble (``logbus zookeeper --server-id N --server ...``; quorum and election p
 ``ports.zookeeper_election``, 2888 / 3888 by default) on addresses of their own (local: .10, .11, ...; compose:
 ``<dc>-zookeeper1``, ...), and the datacenter's brokers list every node in ``zookeeper.connect``. A node is healthy
 once it serves (``srvr`` says leader, follower or standalone): an ensemble member only with a quorum behind it.
+
+A datacenter's ``wan_network`` (local target only, e.g. ``"127.0.3"``) plays the WAN link in front of it: its
+brokers open a second listener ``WAN`` on port ``ports.broker_wan``, advertised at ``<wan_network>.<broker index>``,
+and mirrors from other datacenters connect there. Whatever forwards those addresses to the brokers (a test's TCP
+proxy that can cut the link) is not part of the topology.
 """
 
 from __future__ import annotations
@@ -37,14 +42,14 @@ class Service:
     datacenter: str
     kind: str
     host: str                      # loopback address (local) or container hostname (compose)
-    argv: list[str]                # logbus CLI arguments after the program (or a full command for airflow)
+    argv: list[str]                # logbus CLI arguments (`logbus airflow` runs Airflow's components)
     files: dict[str, str] = field(default_factory=dict)   # config files: name relative to the config dir
     env: dict[str, str] = field(default_factory=dict)
     depends_on: list[str] = field(default_factory=list)
     health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("zookeeper", port) | ("alive",)
     port: int | None = None        # the port users connect to, if any
     url: str | None = None         # printed by `logbus up` (http services)
-    program: str = "logbus"        # "logbus" (the CLI) or "airflow"
+    program: str = "logbus"        # the command compose runs (the CLI)
     published: list[str] = field(default_factory=list)  # compose: "127.0.0.1:<host port>:<container port>"
 
 
@@ -134,6 +139,13 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
     window = int(topo.get("audit_window_ms", 60000))
     bootstrap = {dc: ",".join(f"{n.host(dc, 'broker', i)}:{n.port('broker', dc)}"
                               for i in range(1, int(spec.get("brokers", 1)) + 1)) for dc, spec in dcs.items()}
+    wan = {dc: spec["wan_network"] for dc, spec in dcs.items() if spec.get("wan_network")}
+    if wan and target != "local":
+        raise TopologyError(f"{next(iter(wan))}: wan_network is for local topologies (a test's WAN link)")
+    # what other datacenters' mirrors connect to: the WAN addresses where there are some
+    remote = {dc: ",".join(f"{wan[dc]}.{i}:{n.port('broker_wan', dc)}"
+                           for i in range(1, int(dcs[dc].get("brokers", 1)) + 1)) if dc in wan else bootstrap[dc]
+              for dc in dcs}
     primary = next((dc for dc, spec in dcs.items() if spec.get("registry") == "primary"), None)
     registry_url = (f"http://{n.host(primary, 'registry')}:{n.port('registry', primary)}" if primary else None)
     for dc, spec in dcs.items():
@@ -162,6 +174,12 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                                      f"EXTERNAL://127.0.0.1:{n.published('broker', dc, i)}",
                              "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
                              "inter.broker.listener.name": "INTERNAL"}
+            elif dc in wan:  # the brokers' own datacenter on PLAINTEXT, other datacenters through the WAN
+                wan_port = n.port("broker_wan", dc)
+                listeners = {"listeners": f"PLAINTEXT://{listen}:{port},WAN://{listen}:{wan_port}",
+                             "advertised.listeners": f"PLAINTEXT://{host}:{port},WAN://{wan[dc]}.{i}:{wan_port}",
+                             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,WAN:PLAINTEXT",
+                             "inter.broker.listener.name": "PLAINTEXT"}
             else:
                 listeners = {"listeners": f"PLAINTEXT://{listen}:{port}",
                              "advertised.listeners": f"PLAINTEXT://{host}:{port}"}
@@ -203,7 +221,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                 "--producer.config", f"{n.config_dir(name)}/producer.properties", "--whitelist", ".*",
                 "--source-name", source, "--stats-file", f"{n.data_dir(name)}/stats.json"],
                 # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
-                files={"consumer.properties": _props({"bootstrap.servers": bootstrap[source],
+                files={"consumer.properties": _props({"bootstrap.servers": remote[source],
                                                       "group.id": f"mirror-{dc}", "session.timeout.ms": 10000}),
                        "producer.properties": _props({"bootstrap.servers": bootstrap[dc]})},
                 depends_on=broker_names + [f"{source}-broker{i}"
@@ -250,6 +268,10 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                    "AIRFLOW__CORE__PLUGINS_FOLDER": f"{n.repo()}/airflow_plugins",
                    "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                    "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "2",
+                   # a task that stopped heartbeating is failed and retried after 60 s, not 300 ...
+                   "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+                   # ... and the tasks of a killed scheduler are reset and run again after 30 s, not 5 min
+                   "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
                    "AIRFLOW__API__HOST": "0.0.0.0" if target == "compose" else host, "AIRFLOW__API__PORT": str(port),
                    "AIRFLOW__API__BASE_URL": f"http://{'127.0.0.1' if target == 'compose' else host}:{port}",
                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
@@ -258,11 +280,12 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                        f"{data if target == 'compose' else n.config_dir(name)}/passwords.json",
                    "LOGBUS_LOAD_CONFIG": f"{n.config_dir(name)}/load.properties",
                    "LOGBUS_LOAD_SCHEDULE": topo.get("load_schedule", "@hourly")}
-            out.append(Service(name, dc, "airflow", host, ["standalone"], files={"load.properties": _props(load)},
+            # `logbus airflow`, not `airflow standalone`: it restarts any of Airflow's components that exits;
+            # healthy only while the health endpoint says the metadata database and the scheduler are
+            out.append(Service(name, dc, "airflow", host, ["airflow"], files={"load.properties": _props(load)},
                                env=env, depends_on=broker_names + [f"{primary}-registry"],
-                               health=("http", port, "/api/v2/monitor/health"), port=port,
-                               url=f"http://{host}:{port}", program="airflow",
-                               published=n.published_list("airflow", dc, port)))
+                               health=("airflow", port, "/api/v2/monitor/health"), port=port,
+                               url=f"http://{host}:{port}", published=n.published_list("airflow", dc, port)))
     names = {s.name for s in out}
     for s in out:
         missing = [d for d in s.depends_on if d not in names]
@@ -274,6 +297,4 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
 def command(service: Service, target: str = "local") -> list[str]:
     if target == "compose":
         return [service.program, *service.argv]
-    if service.program == "airflow":
-        return [str(Path(sys.executable).parent / "airflow"), *service.argv]
     return [sys.executable, "-m", "logbus.cli", *service.argv]

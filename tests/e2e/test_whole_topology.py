@@ -3,7 +3,14 @@ registered over HTTP, demo traffic for a few windows complete at live and offlin
 of the live ZooKeeper ensemble's leader (its supervisor restarts it; no broker restarts) and of a live broker and the
 mirror, ``logbus up`` again; then the load DAG triggered through Airflow's REST API and the audit report at 100% at
 every tier for the windows closed before and after the failures (loads' report, audit service, Airflow page);
-``logbus down`` leaves no process behind."""
+``logbus down`` leaves no process behind.
+
+It is also the chaos run (``-m chaos``, tests/chaos.py): after those failures, ``LOGBUS_CHAOS_ROUNDS`` rounds (3 by
+default) of one random fault each, while an ``acks=all`` producer keeps a ledger of every acknowledged record on
+live; the mirror reaches live through TCP proxies the test cuts (the topology's ``wan_network``) and one live
+broker's log dir is a small tmpfs the test fills. At the end every record of the ledger is read back in order and
+the one load covers the windows of the whole run. ``bench/chaos_run.py`` runs it longer and plots the report
+(``LOGBUS_CHAOS_SEED``, ``LOGBUS_CHAOS_KINDS``, ``LOGBUS_CHAOS_MAX_FAULT_S``, ``LOGBUS_CHAOS_REPORT``)."""
 
 from __future__ import annotations
 
@@ -12,22 +19,24 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import requests
-from support import REPO, free_port, wait_until
+from chaos import KINDS, Chaos, logbus
+from support import REPO, Ledger, free_port, wait_until
+from tcp_proxy import TcpProxy
 from topology_checks import SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, run_dag, wait_recovered
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+ROUNDS = int(os.environ.get("LOGBUS_CHAOS_ROUNDS", "3"))
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(1200 + 900 * ROUNDS)]
 
 
-def logbus(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
-    return subprocess.run([sys.executable, "-m", "logbus.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def mount_tmpfs(path: Path, size_mb: int) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
 
 
 def test_topology(tmp_path):
@@ -40,8 +49,18 @@ def test_topology(tmp_path):
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
                                                                     "airflow")}
     topo.update(SMALL_WINDOWS)
+    wan_port = free_port(f"127.{net}.1.1")  # the WAN: the mirror reaches live's brokers through proxies
+    topo["datacenters"]["live"]["wan_network"] = f"127.{net}.3"
+    topo["ports"]["broker_wan"] = wan_port
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     state = tmp_path / "state"
+    proxies = [TcpProxy(f"127.{net}.3.{i}", wan_port, f"127.{net}.1.{i}", wan_port).start() for i in (1, 2, 3)]
+    disk = state / "live-broker3" / "data"  # a small filesystem for the full-disk fault
+    mounted = mount_tmpfs(disk, 256)
+    seed = int(os.environ.get("LOGBUS_CHAOS_SEED") or random.randrange(1 << 32))
+    kinds = [k for k in os.environ.get("LOGBUS_CHAOS_KINDS", ",".join(KINDS)).split(",") if k]
+    print(f"chaos: seed {seed}, {ROUNDS} rounds of {kinds}, tmpfs log dir: {mounted}", flush=True)
+    ledger = None
 
     def statuses() -> dict[str, dict]:
         return {s["name"]: s for s in json.loads(logbus("status", "--json", "--state-dir", str(state)).stdout)
@@ -70,6 +89,13 @@ def test_topology(tmp_path):
         schema_id = r.json()["id"]
         wait_until(lambda: requests.get(f"{offline_registry}/schemas/ids/{schema_id}", timeout=10).status_code == 200,
                    60, interval=0.5, what="the read-only registry following the primary")
+        live = ",".join(f"127.{net}.1.{i}:{topo['ports']['broker']}" for i in (1, 2, 3))
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": live})  # kept: a collected client fails its futures
+        admin.create_topics([NewTopic("_ledger", 2, 3)])["_ledger"].result(60)
+        ledger = Ledger(live, "_ledger", interval=0.02, message_timeout_ms=600000).start()  # ~50 records/s
+        ledger.progress("the ledger's first acknowledgements")
         audit = f"http://127.{net}.2.40:{topo['ports']['audit']}"
         time.sleep(3 * WINDOW_MS / 1000)  # demo traffic for a few windows
         wait_recovered(audit, 0)
@@ -104,15 +130,37 @@ def test_topology(tmp_path):
                      if s["kind"] in ("zookeeper", "broker") and s["restarts"] and n != zk_leader}
         assert restarted == {}, f"ZooKeeper nodes or brokers restarted by their supervisors: {restarted}"
         wait_recovered(audit, killed_at)  # the mirror caught up: offline complete again after the failures
-        # one load over everything: the windows before and after the failures, 100% at every tier
+
+        # the chaos rounds: one random fault each, healed and recovered from before the next
+        chaos = Chaos(state, audit, airflow, token, ledger, proxies, disk if mounted else None,
+                      random.Random(seed), max_fault_s=float(os.environ.get("LOGBUS_CHAOS_MAX_FAULT_S", "60")))
+        chaos_started = time.monotonic()
+        for number, kind in enumerate(chaos.plan(ROUNDS, kinds), 1):
+            chaos.round(number, kind)
+        chaos.wait_healthy()
+        wait_recovered(audit, killed_at)  # every window since the first failures: 100% at live and offline
+        ledger.stop()
+        result = ledger.check()  # every acknowledged record readable, in order per partition, once
+        assert result["acknowledged"] > 1000, result
+        # one load over everything: the windows before, during and after the failures, 100% at every tier
         cut = run_dag(airflow, token)
         rows = check_complete(json.loads(report.read_text()), audit, airflow, token, until_ms=cut)
         assert any(r["window_start"] > killed_at for r in rows), "no window after the failures was checked"
         assert any(r["window_end"] < killed_at for r in rows), "no window before the failures was checked"
+        summary = chaos.report(seed, result, time.monotonic() - chaos_started)
+        print("chaos: " + json.dumps({k: v for k, v in summary.items() if k != "round_details"}), flush=True)
+        if os.environ.get("LOGBUS_CHAOS_REPORT"):
+            Path(os.environ["LOGBUS_CHAOS_REPORT"]).write_text(json.dumps(summary, indent=1) + "\n")
     finally:
+        if ledger is not None:
+            ledger.stop(wait=False)
         out = logbus("down", "--state-dir", str(state), timeout=300)
         left = leftovers(state.resolve())
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+        for proxy in proxies:
+            proxy.close()
+        if mounted:
+            subprocess.run(["umount", "-l", str(disk)], check=False)
     assert out.returncode == 0, out.stderr
     assert left == [], f"processes left behind by logbus down: {left}"

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections import Counter
 
@@ -17,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from rawclient import RawClient, batch, request_module
-from support import wait_until
+from support import Ledger, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -84,33 +83,9 @@ def test_acks_all_survives_leader_kills(cluster):
     including killing the new leader soon after it was elected."""
     c = cluster(min_insync_replicas=2)
     create(c, "critical", 2, 3)
-    acked: dict[int, list[int]] = {0: [], 1: []}
-    failed = Counter()
-    stop = threading.Event()
-
-    def on_delivery(err, msg):
-        if err is None:
-            acked[msg.partition()].append(int(msg.value()))
-        else:
-            failed[err.name()] += 1
-
-    def produce() -> None:
-        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100})
-        seq = 0
-        while not stop.is_set():
-            try:
-                producer.produce("critical", str(seq).encode(), partition=seq % 2, on_delivery=on_delivery)
-                seq += 1
-            except BufferError:
-                pass
-            producer.poll(0.002)
-        assert producer.flush(120) == 0
-
-    thread = threading.Thread(target=produce)
-    thread.start()
+    ledger = Ledger(c.bootstrap, "critical", message_timeout_ms=120000, interval=0.002).start()
     try:
-        wait_until(lambda: len(acked[0]) > 200, 30, what="first acknowledgements")
+        ledger.progress("first acknowledgements", 400, timeout=30)
         for round_ in range(3):
             old = leader_of(c, "critical")
             c.brokers[old].kill9()
@@ -126,30 +101,12 @@ def test_acks_all_survives_leader_kills(cluster):
             c.wait_registered({0, 1, 2})
             wait_until(lambda: all(len(c.state("critical", p)["isr"]) == 3 for p in (0, 1)), 60,
                        what="full ISR again")
-            before = len(acked[0])
-            wait_until(lambda: len(acked[0]) > before + 100, 60, what="progress after the failover")
+            ledger.progress("progress after the failover", 200)
     finally:
-        stop.set()
-        thread.join(150)
-    assert not thread.is_alive()
-    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "check", "enable.auto.commit": False})
-    for p in (0, 1):
-        end = consumer.get_watermark_offsets(TopicPartition("critical", p), timeout=10)[1]
-        consumer.assign([TopicPartition("critical", p, 0)])
-        seen = []
-        while len(seen) < end:
-            for msg in consumer.consume(1000, timeout=5):
-                assert not msg.error(), msg.error()
-                seen.append(int(msg.value()))
-        assert len(seen) == end
-        duplicates = len(seen) - len(set(seen))
-        assert duplicates == 0, f"partition {p}: {duplicates} duplicates"
-        assert seen == sorted(seen), f"partition {p}: out of order"
-        missing = set(acked[p]) - set(seen)
-        assert not missing, f"partition {p}: {len(missing)} acknowledged messages lost"
-        assert len(acked[p]) > 500
-    consumer.close()
-    print(f"acknowledged {sum(map(len, acked.values()))}, delivery failures {dict(failed)}")
+        ledger.stop()
+    result = ledger.check()  # every acknowledged record, in order, exactly once
+    assert all(len(values) > 500 for values in ledger.acked.values()), result
+    print(f"acknowledged {result['acknowledged']}, delivery failures {result['delivery_failures']}")
 
 
 def test_paused_follower_leaves_the_isr_and_rejoins(cluster):

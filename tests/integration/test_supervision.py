@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import REPO, free_port, wait_until
+from support import REPO, free_port, kill_group, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -54,12 +54,7 @@ class Supervised:
         return child if child and child != other_than and _alive(child) else None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+        kill_group(self.proc)
 
 
 @pytest.fixture

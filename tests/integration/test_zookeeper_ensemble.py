@@ -8,14 +8,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from support import REPO, EnsembleCluster, read_topic, wait_until
+from support import REPO, EnsembleCluster, Ledger, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -55,37 +52,9 @@ def test_killing_the_zookeeper_leader_stops_nothing(ensemble_cluster):
     c = ensemble_cluster(min_insync_replicas=2)
     ensemble = c.zookeeper
     create(c, "ha", 2, 3)
-    acked: dict[int, list[int]] = {0: [], 1: []}
-    failed = Counter()
-    stop = threading.Event()
-
-    def on_delivery(err, msg):
-        if err is None:
-            acked[msg.partition()].append(int(msg.value()))
-        else:
-            failed[err.name()] += 1
-
-    def produce() -> None:  # about 200 records/s, acks=all, through everything below
-        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 100})
-        seq = 0
-        while not stop.is_set():
-            try:
-                producer.produce("ha", str(seq).encode(), partition=seq % 2, on_delivery=on_delivery)
-                seq += 1
-            except BufferError:
-                pass
-            producer.poll(0.005)
-        assert producer.flush(60) == 0
-
-    def progress(what: str, count: int = 100) -> None:
-        before = len(acked[0]) + len(acked[1])
-        wait_until(lambda: len(acked[0]) + len(acked[1]) > before + count, 60, what=what)
-
-    thread = threading.Thread(target=produce)
-    thread.start()
+    ledger = Ledger(c.bootstrap, "ha", message_timeout_ms=60000).start()  # about 200 records/s
     try:
-        progress("first acknowledgements")
+        ledger.progress("first acknowledgements")
         before = sessions(c)
         assert set(before) == {0, 1, 2}
         rss_start = [ensemble.rss_kb(i) for i in range(3)]
@@ -99,7 +68,7 @@ def test_killing_the_zookeeper_leader_stops_nothing(ensemble_cluster):
                             what="a new ZooKeeper leader")
         elected_in = time.monotonic() - killed_at
         assert all(b.alive() for b in c.brokers.values())
-        progress("acks=all produce after the ZooKeeper leader's death")
+        ledger.progress("acks=all produce after the ZooKeeper leader's death")
         assert sessions(c) == before, "a broker lost its ZooKeeper session"
         create(c, "after-zk-leader-kill", 3, 3)
         zk = c.zk()
@@ -115,28 +84,20 @@ def test_killing_the_zookeeper_leader_stops_nothing(ensemble_cluster):
         (leader,) = wait_until(lambda: [x for x in [c.state("ha", 0)["leader"]] if x not in (victim, -1)], 60,
                                what="a new partition leader")
         wait_until(lambda: victim not in c.state("ha", 0)["isr"], 60, what="the killed broker out of the ISR")
-        progress("acks=all produce after the broker failover")
+        ledger.progress("acks=all produce after the broker failover")
 
         # the killed ZooKeeper node rejoins as a follower
         ensemble.start(old)
         assert ensemble.mode(old) == "follower"
         rss_end = [ensemble.rss_kb(i) for i in range(3)]
     finally:
-        stop.set()
-        thread.join(90)
-    assert not thread.is_alive()
+        ledger.stop()
     assert all(b.alive() for i, b in c.brokers.items() if i != victim)
 
-    records = read_topic(c.bootstrap, "ha")
-    for p in (0, 1):
-        seen = [int(m.value()) for m in records if m.partition() == p]
-        assert len(seen) == len(set(seen)), f"partition {p}: duplicates"
-        assert seen == sorted(seen), f"partition {p}: out of order"
-        missing = set(acked[p]) - set(seen)
-        assert not missing, f"partition {p}: {len(missing)} acknowledged records lost"
+    result = ledger.check()  # every acknowledged record, in order, exactly once
     print(f"\nZooKeeper ensemble: leader {old + 1} killed, server {new + 1} elected in {elected_in:.2f}s; "
-          f"broker {victim} killed, partition leader now {leader}; {len(acked[0]) + len(acked[1])} records acked, "
-          f"failures {dict(failed)}; {time.monotonic() - started:.0f}s")
+          f"broker {victim} killed, partition leader now {leader}; {result['acknowledged']} records acked, "
+          f"failures {result['delivery_failures']}; {time.monotonic() - started:.0f}s")
     print("ZooKeeper RSS per node (MB) at start: " + ", ".join(f"{kb / 1024:.0f}" for kb in rss_start)
           + "; at the end (node {} restarted): ".format(old + 1) + ", ".join(f"{kb / 1024:.0f}" for kb in rss_end))
 

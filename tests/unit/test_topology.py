@@ -113,3 +113,22 @@ def test_compose_publishes_every_host_port_once_and_brokers_have_an_external_lis
     assert '"127.0.0.1:29093:19092"' in text
     local = {s.name: s for s in services(load(), "local", state_dir=tmp_path) if s.kind == "broker"}
     assert "listeners=PLAINTEXT://127.0.2.2:9092\n" in local["offline-broker2"].files["server.properties"]
+
+
+def test_a_wan_network_puts_the_mirror_behind_the_wan_listener_of_the_source_brokers(tmp_path):
+    topo = load()
+    topo["datacenters"]["live"]["wan_network"] = "127.0.3"
+    topo["ports"]["broker_wan"] = 9093
+    svcs = {s.name: s for s in services(topo, "local", tmp_path)}
+    props = svcs["live-broker2"].files["server.properties"]
+    assert "listeners=PLAINTEXT://127.0.1.2:9092,WAN://127.0.1.2:9093\n" in props
+    assert "advertised.listeners=PLAINTEXT://127.0.1.2:9092,WAN://127.0.3.2:9093\n" in props
+    assert "inter.broker.listener.name=PLAINTEXT\n" in props
+    mirror = svcs["offline-mirror-live"].files
+    assert "bootstrap.servers=127.0.3.1:9093,127.0.3.2:9093,127.0.3.3:9093\n" in mirror["consumer.properties"]
+    assert "bootstrap.servers=127.0.2.1:9092" in mirror["producer.properties"]  # its own datacenter: direct
+    counter = svcs["live-audit-counter"].files["consumer.properties"]
+    assert "127.0.1.1:9092" in counter  # inside the datacenter nothing changes
+    assert "WAN" not in svcs["offline-broker1"].files["server.properties"]
+    with pytest.raises(TopologyError, match="wan_network is for local topologies"):
+        services(topo, "compose")

@@ -6,6 +6,12 @@ latest leader epoch ends (OffsetForLeaderEpoch) and truncates its log there: a d
 an older leader is dropped, acknowledged data is kept (KIP-101/279). Copied batches are appended as they are
 (offsets and epochs kept); the follower's high watermark follows the leader's.
 
+A write this replica's disk refuses (a full log dir) leaves its log as it was (see PartitionLog) and only pauses
+that partition: it is fetched again from the same offset after ``replica.fetch.backoff.ms`` (at most
+``STORAGE_RETRY_S``), the connection and the other partitions carry on, and the incident is reported once, not
+per attempt. Meanwhile the leader drops this replica from the ISR if it falls behind; it rejoins once it catches
+up after space returns.
+
 Timeouts use ``asyncio.timeout``, never ``asyncio.wait_for``: on Python 3.11 ``wait_for`` swallows a
 cancellation that arrives as the awaited read completes (a third of the time on a busy connection in a
 test), and a fetcher that outlived its cancellation kept a stopping broker from ever exiting. :meth:`stop`
@@ -22,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from broker.log.log import NotContiguous
+from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import codec, records
 from broker.protocol.messages import ErrorCode
 
@@ -29,6 +36,7 @@ log = logging.getLogger(__name__)
 
 FETCH_KEY, FETCH_VERSION = 1, 12
 EPOCH_KEY, EPOCH_VERSION = 23, 3
+STORAGE_RETRY_S = 1.0
 RETRY_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
                 ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available}
 
@@ -189,7 +197,11 @@ class LeaderFetcher:
                 else:
                     target = min(p.end_offset, plog.log_end_offset)
                 if target < plog.log_end_offset:
-                    plog.truncate_to(target)
+                    try:
+                        plog.truncate_to(target)
+                    except OSError as exc:
+                        self._refused(f, exc)
+                        continue
                 f.needs_truncation = False
 
     async def _fetch(self, followed: dict[tuple[str, int], Followed]) -> None:
@@ -226,7 +238,10 @@ class LeaderFetcher:
             return
         if error == ErrorCode.offset_out_of_range:
             if p.log_start_offset > plog.log_end_offset:  # the leader deleted what we would need next
-                plog.reset_to(p.log_start_offset)
+                try:
+                    plog.reset_to(p.log_start_offset)
+                except OSError as exc:
+                    self._refused(f, exc)
             else:
                 f.needs_truncation = True
             return
@@ -246,4 +261,20 @@ class LeaderFetcher:
                     log.warning("%s-%d: %s; truncating again", plog.topic, plog.partition, exc)
                     f.needs_truncation = True
                     return
+                except OSError as exc:
+                    self._refused(f, exc)
+                    return
+                if incidents.any:
+                    incidents.succeeded(self._site(plog))
         plog.high_watermark = max(min(p.high_watermark, plog.log_end_offset), plog.log_start_offset)
+
+    def _refused(self, f: Followed, exc: OSError) -> None:
+        """The disk refused a write of this partition's log: retry it from the same offset a little later."""
+        plog = f.partition.log
+        incidents.failed(self._site(plog), exc, f"{plog.topic}-{plog.partition} at offset {plog.log_end_offset}")
+        backoff = self.broker.config["replica.fetch.backoff.ms"] / 1000
+        f.retry_at = time.monotonic() + min(max(backoff, 0.1), STORAGE_RETRY_S)
+
+    @staticmethod
+    def _site(plog) -> str:
+        return f"replica appends to {log_dir_of(plog.dir)}"

@@ -52,8 +52,7 @@ class Partition:
         self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
         self.isr, self.replicas, self.zk_version = tuple(isr), list(replicas), zk_version
         self.controller_epoch = controller_epoch
-        self.log.leader_epoch = leader_epoch
-        self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
+        self.log.begin_leader_epoch(leader_epoch)  # never raises: a full disk must not half-make a leader
         self.followers = {r: FollowerState() for r in replicas if r != self.broker_id}
         self.maybe_advance_high_watermark()
 

@@ -21,7 +21,7 @@ from broker.cluster.partition import FollowerState, Partition
 from broker.cluster.placement import PlacementError, assign_replicas
 from broker.cluster.zk import Zk
 from broker.config import ConfigError
-from broker.log.manager import read_checkpoint, write_checkpoint
+from broker.log.manager import read_checkpoint, try_checkpoint
 from broker.metadata.topics import (
     TopicError,
     TopicInfo,
@@ -122,17 +122,15 @@ class ReplicaManager:
             task.cancel()
         await self.controller.stop()
         stopped = await asyncio.gather(*(f.stop(timeout) for f in list(self.fetchers.values())))
-        try:
-            self.checkpoint_high_watermarks()
-        except OSError as exc:
-            log.error("could not checkpoint high watermarks: %s", exc)
+        self.checkpoint_high_watermarks()
         await self.zk.stop(timeout)
         return all(stopped)
 
     def checkpoint_high_watermarks(self) -> None:
+        """Every 5 s and at stop; a write the disk refuses is reported (rate-limited) and retried next time."""
         entries = {key: p.log.high_watermark for key, p in self.partitions.items()}
         if entries:
-            write_checkpoint(self._hw_path, entries)
+            try_checkpoint(self._hw_path, entries)
 
     # ---- roles ----------------------------------------------------------------------------------------------------
     def _on_partition(self, topic: str, index: int) -> None:
@@ -152,7 +150,11 @@ class ReplicaManager:
         if part is None:
             if self.broker.logs.is_offline(topic, index):
                 return  # its log failed to load: not hosted here (other replicas serve it)
-            plog = self.broker.logs.get(topic, index) or self.broker.logs.create(topic, index)
+            try:
+                plog = self.broker.logs.get(topic, index) or self.broker.logs.create(topic, index)
+            except OSError as exc:  # its files cannot be created (a full disk): not hosted until the next change
+                log.error("cannot create the log of %s-%d here: %s", topic, index, exc)
+                return
             part = Partition(topic, index, plog, self.broker_id)
             saved = self._saved_hw.get(key)
             plog.high_watermark = min(saved, plog.log_end_offset) if saved is not None else plog.log_start_offset

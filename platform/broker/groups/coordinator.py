@@ -31,6 +31,7 @@ from broker.groups.stores import (
     assignment_partitions,
     subscription_topics,
 )
+from broker.log.storage_errors import incidents
 from broker.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -243,7 +244,14 @@ class GroupCoordinator:
         elif group is not None and group.members:
             return ErrorCode.unknown_member_id  # a simple (generation -1) commit while a live group owns it
         await self._offsets(group_id)
-        await self.store.commit(group_id, offsets)
+        site = f"offset commits to {getattr(self.store, 'path', 'ZooKeeper')}"
+        try:
+            await self.store.commit(group_id, offsets)
+        except OSError as exc:  # standalone: the offsets file on a full disk. Kafka's answer: retriable
+            incidents.failed(site, exc, group_id)
+            return ErrorCode.not_coordinator
+        if incidents.any:
+            incidents.succeeded(site)
         self.offsets[group_id].update(offsets)
         return ErrorCode.none
 

@@ -19,6 +19,7 @@ import json
 import os
 import struct
 
+from broker.log.storage_errors import replace_file
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 CONSUMERS = "/consumers"
@@ -73,7 +74,8 @@ def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
 
 
 class FileOffsetStore:
-    """Standalone mode: committed offsets in one JSON file, rewritten atomically on every commit."""
+    """Standalone mode: committed offsets in one JSON file, rewritten whole on every commit. A commit the disk
+    refuses raises OSError and changes nothing, in memory or on disk."""
 
     def __init__(self, log_dir: str):
         self.path = os.path.join(log_dir, "consumer-offsets.json")
@@ -88,18 +90,12 @@ class FileOffsetStore:
         return dict(self.offsets.get(group, {}))
 
     async def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
-        self.offsets.setdefault(group, {}).update(offsets)
-        snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()] for g, e in self.offsets.items()}
         async with self._lock:  # the fsync runs off the event loop; commits are written in order
-            await asyncio.to_thread(self._write, snapshot)
-
-    def _write(self, snapshot: dict) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(snapshot, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+            merged = {**self.offsets.get(group, {}), **offsets}
+            snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()]
+                        for g, e in {**self.offsets, group: merged}.items()}
+            await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
+            self.offsets[group] = merged
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         pass

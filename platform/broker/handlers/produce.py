@@ -18,6 +18,10 @@ In cluster mode only the leader accepts writes (NOT_LEADER_OR_FOLLOWER otherwise
 ``min.insync.replicas`` against the ISR (NOT_ENOUGH_REPLICAS, nothing appended), then waits in the partition's
 purgatory until the ISR has the batch (the high watermark passes it) or ``timeout_ms`` passes
 (REQUEST_TIMED_OUT).
+
+A write the disk refuses (a full log dir: ENOSPC; EDQUOT, EIO) is KAFKA_STORAGE_ERROR for that partition, which
+producers retry; the log keeps nothing of it (see PartitionLog), the connection stays open, and the incident is
+reported once per log dir, not per request (:mod:`broker.log.storage_errors`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
 )
+from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import produce_response, records, validation
 from broker.protocol.messages import ErrorCode, ms
 
@@ -144,8 +149,11 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         part.fail(ErrorCode.invalid_producer_epoch, str(exc), plog.log_start_offset)
         return -1
     except OSError as exc:
+        incidents.failed(f"appends to {log_dir_of(plog.dir)}", exc, f"{part.topic}-{part.index}")
         part.fail(ErrorCode.kafka_storage_error, str(exc), plog.log_start_offset)
         return -1
+    if incidents.any:
+        incidents.succeeded(f"appends to {log_dir_of(plog.dir)}")
     if broker.cluster is not None:
         broker.cluster.partition(part.topic, part.index).maybe_advance_high_watermark()
     broker.notify_append(part.topic, part.index)

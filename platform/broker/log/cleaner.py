@@ -17,6 +17,10 @@ cleaner takes the log with the highest dirty ratio (dirty bytes / cleanable byte
    completes the swap (see PartitionLog._finish_interrupted_swaps): the log is always consistent;
 4. moves the checkpoint (``cleaner-offset-checkpoint``, Kafka's format) to the end of the cleaned range.
 
+A disk that refuses a write (a full log dir) ends the round: every ``.cleaned`` file of it is removed (they would
+hold the space the disk lacks), the log stays as it was, the incident is reported (rate-limited) and the next
+round tries again. A refused checkpoint only means the next round cleans that range once more.
+
 The record-level work runs in a worker thread on immutable (non-active) segments; the swap runs on the loop.
 Records are read with the bounded parser of ``record_reader`` (decompression capped at the larger of the topic's
 ``message.max.bytes`` and ``STORED_BATCH_CAP``). A batch that cannot be read (a payload that does not decompress,
@@ -33,8 +37,9 @@ import os
 import time
 
 from broker.log.log import PartitionLog
-from broker.log.manager import read_checkpoint, write_checkpoint
+from broker.log.manager import read_checkpoint, try_checkpoint
 from broker.log.segment import LogSegment
+from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import records
 from broker.protocol.record_reader import STORED_BATCH_CAP, rebuild_batch, records_of
 
@@ -83,6 +88,22 @@ def build_offset_map(paths: list[tuple[str, int]], cap: int = STORED_BATCH_CAP) 
 def clean_segment(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int,
                   cap: int = STORED_BATCH_CAP) -> tuple[int, int]:
     """Write ``path.cleaned`` with the surviving records; returns (records kept, records dropped)."""
+    try:
+        return _write_cleaned(path, size, latest, drop_tombstones_before_ms, cap)
+    except BaseException:
+        _discard(path + ".cleaned")
+        raise
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _write_cleaned(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int,
+                   cap: int) -> tuple[int, int]:
     kept = dropped = 0
     with open(path + ".cleaned", "wb") as out:
         for batch in _batches(path, size):
@@ -151,11 +172,18 @@ class LogCleaner:
                 best = (ratio, plog, segments, first_dirty)
         if best is None:
             return False
+        plog = best[1]
+        site = f"compaction rounds in {log_dir_of(plog.dir)}"
         self.busy = True
         try:
-            await self.clean(best[1], best[2], best[3])
+            await self.clean(plog, best[2], best[3])
+        except OSError as exc:
+            incidents.failed(site, exc, f"{plog.topic}-{plog.partition}")
+            return False
         finally:
             self.busy = False
+        if incidents.any:
+            incidents.succeeded(site)
         return True
 
     async def clean(self, plog: PartitionLog, segments: list[LogSegment], first_dirty: int) -> None:
@@ -167,10 +195,17 @@ class LogCleaner:
         cap = max(plog.config.max_message_bytes, STORED_BATCH_CAP)
         latest = await asyncio.to_thread(build_offset_map, dirty, cap)
         jobs = [(s, s.path, s.size) for s in segments]
-        results = await asyncio.to_thread(
-            lambda: [clean_segment(path, size, latest, cutoff, cap) for _, path, size in jobs])
-        for segment, path, _ in jobs:
-            self._swap(plog, segment, path)
+        swapped = 0
+        try:
+            results = await asyncio.to_thread(
+                lambda: [clean_segment(path, size, latest, cutoff, cap) for _, path, size in jobs])
+            for segment, path, _ in jobs:
+                self._swap(plog, segment, path)
+                swapped += 1
+        except OSError:
+            for _, path, _ in jobs[swapped:]:
+                _discard(path + ".cleaned")
+            raise
         self.first_dirty[(plog.topic, plog.partition)] = following
         self.checkpoint()
         log.info("cleaned %s-%d: %d segment(s), %d record(s) kept, %d dropped, %d key(s) in the map, %.2fs",
@@ -192,5 +227,5 @@ class LogCleaner:
         for log_dir in self.broker.log_dirs:
             entries = {k: v for k, v in self.first_dirty.items()
                        if self.broker.logs.dir_of(*k) == log_dir}
-            write_checkpoint(os.path.join(log_dir, CHECKPOINT), entries)
+            try_checkpoint(os.path.join(log_dir, CHECKPOINT), entries)
 

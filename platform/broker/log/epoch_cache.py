@@ -2,13 +2,20 @@
 partition directory as ``leader-epoch-checkpoint`` in Kafka's format (version, count, then ``epoch offset``
 lines). A follower that becomes one after a leader change asks the new leader where its own latest epoch ends
 (OffsetForLeaderEpoch) and truncates there, instead of to its high watermark, so acknowledged writes survive
-back-to-back failovers (KIP-101, KIP-279)."""
+back-to-back failovers (KIP-101, KIP-279).
+
+The file is replaced whole (:func:`replace_file`). When the disk refuses it, memory goes ahead of the file and the
+cache is *dirty*: :meth:`assign` saves again before it returns, and raises while it cannot, so no batch of an
+epoch is ever appended before the file knows that epoch. Truncations save at once or leave the cache dirty; an
+outdated file only ever lists epochs past the log end, which loading the log truncates again."""
 
 from __future__ import annotations
 
 import logging
 import os
 from bisect import bisect_right
+
+from broker.log.storage_errors import incidents, log_dir_of, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +27,7 @@ class EpochCache:
     def __init__(self, directory: str):
         self.path = os.path.join(directory, FILE)
         self.entries: list[tuple[int, int]] = []
+        self.dirty = False  # memory holds entries the file does not (a save the disk refused)
         if os.path.exists(self.path):
             try:
                 with open(self.path) as f:
@@ -37,13 +45,15 @@ class EpochCache:
         return self.entries[-1][0] if self.entries else UNDEFINED
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (no-op unless it is a new, later epoch)."""
-        if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
-            return
-        entries = [(e, o) for e, o in self.entries if o < start_offset]  # a new epoch overrides
-        entries.append((epoch, start_offset))
-        self._save(entries)  # first: if the disk refuses it, memory still matches the file and a retry saves
-        self.entries = entries
+        """Record that ``epoch`` starts at ``start_offset`` (a no-op for the memory unless it is a new, later
+        epoch); returns once the file holds it. Raises OSError if the disk refuses: the entry stays in memory and
+        the next call saves it again (callers append nothing until one succeeds)."""
+        if epoch >= 0 and (not self.entries or epoch > self.entries[-1][0]):
+            self.entries = [(e, o) for e, o in self.entries if o < start_offset]  # a new epoch overrides
+            self.entries.append((epoch, start_offset))
+            self.dirty = True
+        if self.dirty:
+            self._save()
 
     def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset): the largest epoch <= ``requested`` and the offset where it ended (the start of
@@ -77,19 +87,22 @@ class EpochCache:
 
     def clear(self) -> None:
         self.entries = []
-        self._save()
+        self._save_or_warn()
 
     def _save_or_warn(self) -> None:
         """Saves after a truncation may fail (a full disk) without harm: the file then still holds entries past
-        the new bounds, and loading the log truncates them again."""
+        the new bounds, which loading the log truncates again; the next :meth:`assign` saves first."""
+        self.dirty = True
         try:
             self._save()
         except OSError as exc:
-            log.warning("%s not rewritten (%s); it is truncated again at the next start", self.path, exc)
+            incidents.failed(self._site(), exc, self.path)
 
-    def _save(self, entries: list[tuple[int, int]] | None = None) -> None:
-        entries = self.entries if entries is None else entries
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries))
-        os.replace(tmp, self.path)
+    def _save(self) -> None:
+        replace_file(self.path, f"0\n{len(self.entries)}\n" + "".join(f"{e} {o}\n" for e, o in self.entries))
+        self.dirty = False
+        if incidents.any:
+            incidents.succeeded(self._site())
+
+    def _site(self) -> str:
+        return f"leader-epoch checkpoints in {log_dir_of(os.path.dirname(self.path))}"

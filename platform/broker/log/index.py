@@ -14,11 +14,14 @@ Appending an entry never raises: an entry whose relative offset or position does
 skipped (the log rolls a new segment before that can happen to new data, as Kafka's ``LogSegment`` does; only a
 segment written before that rule can hold such offsets), and a write the disk refuses is undone by truncating
 the file back to its last whole entry. Both only make the index sparser; lookups stay correct because readers
-scan forward from the entry they find. Not thread-safe: the event loop owns them.
+scan forward from the entry they find. If even that truncation fails, the file is marked torn: no entry is
+appended after the partial one until a later truncation succeeds, and :meth:`flush` raises meanwhile (so a clean
+shutdown does not vouch for the file and the next start rebuilds it). Not thread-safe: the event loop owns them.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -43,6 +46,8 @@ class _Index:
         self.keys = array("q")  # offsets (OffsetIndex) or timestamps (TimeIndex), ascending
         self.values = array("q")
         self._warned = False
+        self._write_warned = False
+        self._torn = False  # the file may end with part of an entry that could not be cut off yet
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def load(self) -> None:
@@ -60,16 +65,29 @@ class _Index:
 
     def _write(self, entry: bytes) -> bool:
         """Append one entry to the file; on a refused or short write, cut the file back to whole entries."""
+        if self._torn and not self._cut():
+            return False
         try:
             if os.write(self._fd, entry) == len(entry):
                 return True
-        except OSError as exc:
+            exc = OSError("short write")
+        except OSError as refused:
+            exc = refused
+        if not self._write_warned:  # once per file: the segment append reports the incident itself
             log.warning("%s: index entry not written (%s); the index stays sparser", self.path, exc)
+            self._write_warned = True
+        self._cut()
+        return False
+
+    def _cut(self) -> bool:
+        """Cut the file back to the entries in memory; False (the file stays marked torn) if the disk refuses."""
         try:
             os.ftruncate(self._fd, len(self.keys) * self.ENTRY.size)
         except OSError:
-            pass  # the file now ends inside an entry: load() refuses it and the index is rebuilt from the log
-        return False
+            self._torn = True  # until cut, load() refuses the file (size) and the index is rebuilt from the log
+            return False
+        self._torn = False
+        return True
 
     def _skipped(self, relative: int, position: int) -> bool:
         if 0 <= relative <= INT32_MAX and 0 <= position <= INT32_MAX:
@@ -84,11 +102,13 @@ class _Index:
         os.ftruncate(self._fd, 0)
         self.keys = array("q")
         self.values = array("q")
+        self._torn = False
 
     def truncate_to_entries(self, count: int) -> None:
+        """Keep the first ``count`` entries. Never raises: a file that cannot be cut yet is marked torn."""
         del self.keys[count:]
         del self.values[count:]
-        os.ftruncate(self._fd, count * self.ENTRY.size)
+        self._cut()
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -98,6 +118,8 @@ class _Index:
         return bisect_right(self.keys, key) - 1
 
     def flush(self) -> None:
+        if self._torn and not self._cut():
+            raise OSError(errno.EIO, f"{self.path} ends with part of an entry that cannot be cut off")
         os.fsync(self._fd)
 
     def close(self) -> None:

@@ -3,6 +3,12 @@
 Invariants: segments are sorted by base offset and contiguous; only the last (active) segment is appended to
 and it is never deleted by retention; ``log_start_offset <= high_watermark <= log_end_offset``. The
 ``recovery_point`` is the offset below which everything is known to be on disk (fsync'd).
+
+Writes the disk refuses (a full log dir: ENOSPC; EIO) raise OSError and change nothing: an append leaves the
+segment, its indexes, the log end offset, the producer state and the leader epochs as they were (an append whose
+flush is refused is rolled back too: it was not acknowledged), and a roll that cannot create the new segment or
+its producer snapshot keeps the old segment active. The caller answers KAFKA_STORAGE_ERROR (or retries, as a
+follower) and the next append tries again: no restart is needed once space returns.
 Not thread-safe: the broker's event loop owns every log.
 """
 
@@ -18,6 +24,7 @@ from broker.log.epoch_cache import EpochCache
 from broker.log.index import INT32_MAX
 from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import FileRegion, LogSegment
+from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import records
 from broker.protocol.record_reader import first_at_or_after
 
@@ -145,14 +152,11 @@ class PartitionLog:
         base = self.log_end_offset
         parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
         self._maybe_roll(len(data), next_offset - 1)
-        self.epochs.assign(self.leader_epoch, base)
-        self.active.append(parts, len(data), base, next_offset, summary.max_timestamp)
+        self.epochs.assign(self.leader_epoch, base)  # the file knows the epoch before any batch of it is written
+        self._write(parts, len(data), base, next_offset, summary.max_timestamp, summary.records)
         if not self.replicated:
             self.high_watermark = next_offset
         self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base)
-        self._unflushed_messages += summary.records
-        if self._unflushed_messages >= self.config.flush_interval_messages:
-            self.flush()
         return base
 
     def append_as_follower(self, data) -> int:
@@ -170,19 +174,35 @@ class PartitionLog:
         if headers[0].base_offset != self.log_end_offset:
             raise NotContiguous(f"batch at {headers[0].base_offset}, log ends at {self.log_end_offset}")
         self._maybe_roll(total, headers[-1].last_offset)
-        for h in headers:
-            self.epochs.assign(h.leader_epoch, h.base_offset)
         next_offset = headers[-1].next_offset
-        self.active.append([view], total, headers[0].base_offset, next_offset,
-                           max(h.max_timestamp for h in headers))
+        try:
+            for h in headers:
+                self.epochs.assign(h.leader_epoch, h.base_offset)
+            self._write([view], total, headers[0].base_offset, next_offset, max(h.max_timestamp for h in headers),
+                        sum(h.record_count for h in headers))
+        except OSError:
+            self.epochs.truncate_from_end(self.log_end_offset)  # no epoch for batches this replica does not have
+            raise
         for h in headers:
             if h.producer_id >= 0:
                 last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
                 self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset)
-        self._unflushed_messages += sum(h.record_count for h in headers)
-        if self._unflushed_messages >= self.config.flush_interval_messages:
-            self.flush()
         return next_offset
+
+    def _write(self, parts: list, size: int, base: int, next_offset: int, max_timestamp: int, count: int) -> None:
+        """Append to the active segment, and flush when the flush policy says so: all or nothing (OSError)."""
+        active = self.active
+        due = self._unflushed_messages + count >= self.config.flush_interval_messages
+        mark = active.mark() if due else None
+        active.append(parts, size, base, next_offset, max_timestamp)
+        if not due:
+            self._unflushed_messages += count
+            return
+        try:
+            self.flush()
+        except OSError:
+            active.rollback(mark)  # flush.messages promised the batch on disk before it is acknowledged
+            raise
 
     def truncate_to(self, offset: int) -> None:
         """Discard everything at or after ``offset`` (whole batches), as a follower whose tail diverged from
@@ -206,14 +226,26 @@ class PartitionLog:
     def reset_to(self, offset: int) -> None:
         """Drop the whole log and start empty at ``offset`` (a follower whose leader no longer has what it
         would need next)."""
+        fresh = LogSegment.create(self.dir, offset, self.config.index_interval_bytes)  # first: it may be refused
         for segment in self.segments:
             segment.delete()
         self.segments.clear()
         self._bases.clear()
-        self._add(LogSegment(self.dir, offset, self.config.index_interval_bytes))
+        self._add(fresh)
         self.log_start_offset = self.high_watermark = self.recovery_point = offset
         self.epochs.clear()
         self.producers = ProducerStateManager()
+
+    def begin_leader_epoch(self, epoch: int) -> None:
+        """This replica leads from now on, in ``epoch``, which starts at the log end offset. A disk that refuses
+        the leader-epoch checkpoint does not stop the leadership: the epoch is kept in memory and saved before
+        the first batch of it is appended (appends fail with the error until then)."""
+        self.leader_epoch = epoch
+        try:
+            self.epochs.assign(epoch, self.log_end_offset)
+        except OSError as exc:
+            incidents.failed(f"leader-epoch checkpoints in {log_dir_of(self.dir)}", exc,
+                             f"{self.topic}-{self.partition}, epoch {epoch}")
 
     # ---- idempotent producers ------------------------------------------------------------------------------
     def snapshot_producers(self) -> None:
@@ -251,17 +283,31 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> LogSegment:
-        """Close the active segment for appends and start a new one at the log end offset."""
+        """Close the active segment for appends and start a new one at the log end offset. All or nothing: if
+        the disk refuses the new segment's files or the producer snapshot, the old segment stays active (OSError).
+        """
         if self.active.size == 0:
             return self.active
+        self.active.repair()  # a closed segment ends with a whole batch
+        segment = LogSegment.create(self.dir, self.log_end_offset, self.config.index_interval_bytes)
+        try:
+            self.snapshot_producers()
+        except OSError:
+            try:
+                segment.delete()
+            except OSError:
+                pass
+            raise
         # No fsync here: it would block the event loop for as long as the OS takes to write the segment.
         # The flush policy (or shutdown) makes it durable; until then recovery starts at the recovery point.
-        self._add(LogSegment(self.dir, self.log_end_offset, self.config.index_interval_bytes))
-        self.snapshot_producers()
-        return self.active
+        self._add(segment)
+        return segment
 
     def flush(self) -> None:
-        self.active.flush()
+        """fsync every segment from the one holding the recovery point (segments rolled since the last flush
+        too, not only the active one); then the recovery point is the log end offset."""
+        for segment in self.segments[max(bisect_right(self._bases, self.recovery_point) - 1, 0):]:
+            segment.flush()
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = int(time.time() * 1000)

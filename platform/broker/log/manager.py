@@ -6,6 +6,10 @@ marker is written after a clean shutdown; without it, start-up recovers every se
 Start-up never refuses to run because of one partition: a log that cannot be opened or recovered (an I/O error,
 a directory it cannot read) is logged, kept *offline* (its files are left as they are, for an operator) and
 answered with KAFKA_STORAGE_ERROR; every other partition serves.
+
+Background writes (checkpoints, producer snapshots, flushes) never raise into the periodic tasks: a write the
+disk refuses is reported as an incident (see :mod:`broker.log.storage_errors`) and tried again at the next round;
+a checkpoint file is replaced whole or kept as it was.
 Not thread-safe: the broker's event loop owns it.
 """
 
@@ -19,6 +23,7 @@ import uuid
 from typing import Callable
 
 from broker.log.log import LogConfig, PartitionLog
+from broker.log.storage_errors import incidents, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +52,21 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 
 def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"0\n{len(entries)}\n")
-        for (topic, partition), offset in sorted(entries.items()):
-            f.write(f"{topic} {partition} {offset}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace the checkpoint file whole (fsync'd), or raise OSError and keep the old one."""
+    replace_file(path, f"0\n{len(entries)}\n" + "".join(f"{topic} {partition} {offset}\n"
+                                                        for (topic, partition), offset in sorted(entries.items())))
+
+
+def try_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> bool:
+    """:func:`write_checkpoint` for background writers: a refused write is reported, not raised."""
+    try:
+        write_checkpoint(path, entries)
+    except OSError as exc:
+        incidents.failed(f"writes of {path}", exc)
+        return False
+    if incidents.any:
+        incidents.succeeded(f"writes of {path}")
+    return True
 
 
 class OfflineLog(OSError):
@@ -144,40 +156,63 @@ class LogManager:
             plog.delete()
             self._dir_of.pop((topic, partition), None)
 
-    def checkpoint(self) -> None:
-        for partition_log in self.logs.values():
-            partition_log.snapshot_producers()
+    def checkpoint(self) -> bool:
+        """Producer snapshots and the offset checkpoints of every log dir; False if the disk refused any (each
+        is reported and tried again at the next checkpoint). Never raises OSError."""
+        ok = True
+        for key, partition_log in self.logs.items():
+            ok = self._attempt("producer snapshots", key, partition_log.snapshot_producers) and ok
         for log_dir in self.log_dirs:
             keys = [k for k, d in self._dir_of.items() if d == log_dir]
-            write_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT),
-                             {k: self.logs[k].recovery_point for k in keys})
-            write_checkpoint(os.path.join(log_dir, START_CHECKPOINT),
-                             {k: self.logs[k].log_start_offset for k in keys})
+            ok = try_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT),
+                                {k: self.logs[k].recovery_point for k in keys}) and ok
+            ok = try_checkpoint(os.path.join(log_dir, START_CHECKPOINT),
+                                {k: self.logs[k].log_start_offset for k in keys}) and ok
+        return ok
 
     def flush_due(self) -> None:
         now = int(time.time() * 1000)
-        for partition_log in self.logs.values():
-            partition_log.flush_if_due(now)
+        for key, partition_log in self.logs.items():
+            self._attempt("flushes", key, lambda p=partition_log: p.flush_if_due(now))
+
+    def _attempt(self, what: str, key: tuple[str, int], write: Callable[[], None]) -> bool:
+        site = f"{what} in {self._dir_of.get(key, '?')}"
+        try:
+            write()
+        except OSError as exc:
+            incidents.failed(site, exc, f"{key[0]}-{key[1]}")
+            return False
+        if incidents.any:
+            incidents.succeeded(site)
+        return True
 
     def apply_retention(self, schedule_delete) -> int:
         now = int(time.time() * 1000)
-        deleted = sum(p.apply_retention(now, schedule_delete) for p in self.logs.values())
+        deleted = 0
+        for key, partition_log in self.logs.items():  # retention frees space: a refusal elsewhere must not stop it
+            try:
+                deleted += partition_log.apply_retention(now, schedule_delete)
+            except OSError as exc:
+                incidents.failed(f"retention deletions in {self._dir_of.get(key, '?')}", exc, f"{key[0]}-{key[1]}")
         if deleted:
             self.checkpoint()
         return deleted
 
     def shutdown(self) -> None:
-        """Flush everything, write checkpoints and the clean-shutdown marker, close all files."""
-        try:
-            for partition_log in self.logs.values():
-                partition_log.flush()
-            self.checkpoint()
-            clean = True
-        except OSError as exc:  # a full or failing disk: no marker, so the next start recovers
-            log.error("shutdown could not write checkpoints (%s): the next start recovers the logs", exc)
-            clean = False
+        """Flush everything, write checkpoints and the clean-shutdown marker, close all files. A full or failing
+        disk leaves no marker, so the next start recovers the logs (checking every batch past the recovery
+        point) instead of trusting them."""
+        clean = True
+        for key, partition_log in self.logs.items():
+            clean = self._attempt("flushes", key, partition_log.flush) and clean
+        clean = self.checkpoint() and clean
+        if not clean:
+            log.error("shutdown could not flush or checkpoint every log: the next start recovers them")
         for partition_log in self.logs.values():
             partition_log.close()
         for log_dir in self.log_dirs if clean else ():
-            with open(os.path.join(log_dir, CLEAN_SHUTDOWN), "w"):
-                pass
+            try:
+                with open(os.path.join(log_dir, CLEAN_SHUTDOWN), "w"):
+                    pass
+            except OSError as exc:
+                log.error("no clean-shutdown marker in %s (%s): the next start recovers its logs", log_dir, exc)

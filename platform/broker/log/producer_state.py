@@ -11,9 +11,10 @@ headers written after it, so retries are recognised across restarts and leader c
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from dataclasses import dataclass, field
+
+from broker.log.storage_errors import replace_file
 
 MAX_CACHED_BATCHES = 5
 
@@ -71,13 +72,12 @@ class ProducerStateManager:
         state.batches.append((first_seq, last_seq, base_offset))
 
     def snapshot(self, path: str, offset: int) -> None:
-        """Write the state as of log offset ``offset`` (atomically)."""
+        """Write the state as of log offset ``offset``: whole or not at all (OSError, the old snapshot kept).
+        Not fsync'd: written at every roll and checkpoint for every partition, on the event loop; a snapshot a
+        crash tore is unreadable and rebuilt from the log (:meth:`load_snapshot` returns None)."""
         data = {"offset": offset, "producers": {str(pid): {"epoch": p.epoch, "batches": list(p.batches)}
                                                 for pid, p in self._producers.items()}}
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        replace_file(path, json.dumps(data), fsync=False)
 
     @classmethod
     def load_snapshot(cls, path: str) -> tuple["ProducerStateManager", int] | None:

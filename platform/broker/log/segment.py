@@ -3,11 +3,17 @@
 The ``.log`` file is a plain concatenation of record batches exactly as producers sent them, with base offset
 and leader epoch patched. Reads never parse records: they locate a batch boundary through the sparse offset
 index plus a short scan of 12-byte batch prefixes, and return a file region for sendfile.
+
+Appends are all or nothing. ``size`` is the end of the last whole batch; a write the disk refuses or shortens
+is cut back to it at once. If the disk refuses even that (EIO), the bytes past ``size`` are never served, the
+segment is marked torn and cut again before the next append or flush, which raise until it can be (so neither
+a new batch lands behind the torn bytes nor does a clean shutdown vouch for them: the next start recovers).
 Not thread-safe: the broker's event loop owns every segment.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -46,13 +52,38 @@ class LogSegment:
         self.index_interval = index_interval
         self.path = os.path.join(directory, file_name(base_offset, ".log"))
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.offset_index = OffsetIndex(os.path.join(directory, file_name(base_offset, ".index")), base_offset)
-        self.time_index = TimeIndex(os.path.join(directory, file_name(base_offset, ".timeindex")), base_offset)
+        offset_index = None
+        try:
+            offset_index = OffsetIndex(os.path.join(directory, file_name(base_offset, ".index")), base_offset)
+            self.time_index = TimeIndex(os.path.join(directory, file_name(base_offset, ".timeindex")), base_offset)
+        except BaseException:
+            if offset_index is not None:
+                offset_index.close()
+            os.close(self.fd)
+            raise
+        self.offset_index = offset_index
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.first_append_ms: int | None = None
         self._bytes_since_index = 0
+        self._torn = False  # bytes past ``size`` that could not be cut off yet
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, index_interval: int) -> "LogSegment":
+        """A new, empty segment (a roll); if the disk refuses one of its files, none of them is left behind."""
+        paths = [os.path.join(directory, file_name(base_offset, suffix)) for suffix in (".log", ".index",
+                                                                                         ".timeindex")]
+        new = [p for p in paths if not os.path.exists(p)]
+        try:
+            return cls(directory, base_offset, index_interval)
+        except OSError:
+            for path in new:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
 
     # ---- loading and recovery -------------------------------------------------------------------------------
     def load(self) -> None:
@@ -126,20 +157,26 @@ class LogSegment:
         dropped = self.size - position
         os.ftruncate(self.fd, position)
         self.size = position
+        self._torn = False
         self.recover()
         return dropped
 
     # ---- writes -------------------------------------------------------------------------------------------
     def append(self, parts: list, size: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
         """Append whole batches (offsets already assigned), given as buffers totalling ``size`` bytes, in one
-        ``writev``. One index entry at most per call."""
+        ``writev``. One index entry at most per call. All or nothing: raises OSError with the file cut back."""
+        self.repair()
         position = self.size
         if len(parts) > _IOV_MAX:
             parts = [b"".join(parts)]
-        written = os.writev(self.fd, parts)
+        try:
+            written = os.writev(self.fd, parts)
+        except OSError:
+            self._cut(position)  # a refused writev may still have stored part of the data (EIO mid-way)
+            raise
         if written != size:  # a short write on a regular file means the disk is full
-            os.ftruncate(self.fd, position)
-            raise OSError("short write to segment (disk full?)")
+            self._cut(position)
+            raise OSError(errno.ENOSPC, f"short write to {self.path} ({written} of {size} bytes): disk full")
         if self.first_append_ms is None:
             self.first_append_ms = int(time.time() * 1000)
         self._index_batch(base_offset, position, size, max_timestamp)
@@ -155,7 +192,38 @@ class LogSegment:
             self.max_timestamp = max_timestamp
             self.time_index.append(max_timestamp, base_offset)
 
+    def _cut(self, position: int) -> None:
+        try:
+            os.ftruncate(self.fd, position)
+        except OSError as exc:
+            log.error("%s: cannot cut a refused write back to %d bytes (%s): appends wait until it can be",
+                      self.path, position, exc)
+            self._torn = True
+
+    def repair(self) -> None:
+        """Cut bytes a refused write left past ``size``; raises OSError while the disk refuses it."""
+        if self._torn:
+            os.ftruncate(self.fd, self.size)
+            self._torn = False
+            log.info("%s: torn bytes cut off; appends resume", self.path)
+
+    def mark(self) -> tuple:
+        """The append state now, for :meth:`rollback`."""
+        return (self.size, self.next_offset, self.max_timestamp, self.first_append_ms, self._bytes_since_index,
+                len(self.offset_index), len(self.time_index))
+
+    def rollback(self, mark: tuple) -> None:
+        """Undo the appends made since ``mark`` (their flush was refused): file, indexes and offsets as they were.
+        Never raises: what cannot be cut off yet is marked torn (see the module docstring)."""
+        (size, self.next_offset, self.max_timestamp, self.first_append_ms, self._bytes_since_index, offsets,
+         times) = mark
+        self.offset_index.truncate_to_entries(offsets)
+        self.time_index.truncate_to_entries(times)
+        self.size = size
+        self._cut(size)
+
     def flush(self) -> None:
+        self.repair()
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()

@@ -13,6 +13,8 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from broker.log.storage_errors import replace_file
+
 # Topic-level config names (Kafka's), with the broker key that supplies the default.
 TOPIC_CONFIGS: dict[str, str | None] = {
     "cleanup.policy": "log.cleanup.policy",
@@ -99,14 +101,18 @@ class TopicStore:
                     self.topics[info.name] = info
 
     def _save(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump([{"name": t.name, "partitions": t.partitions, "topic_id": str(t.topic_id),
-                        "configs": t.configs, "replication_factor": t.replication_factor}
-                       for t in self.topics.values()], f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """Replace the file whole, or raise OSError and keep the old one (a full disk)."""
+        replace_file(self.path, json.dumps([{"name": t.name, "partitions": t.partitions, "topic_id": str(t.topic_id),
+                                             "configs": t.configs, "replication_factor": t.replication_factor}
+                                            for t in self.topics.values()], indent=1))
+
+    def _save_or_undo(self, undo, what: str) -> None:
+        """Save; if the disk refuses, undo the change in memory too and answer KAFKA_STORAGE_ERROR."""
+        try:
+            self._save()
+        except OSError as exc:
+            undo()
+            raise TopicError("kafka_storage_error", f"cannot record {what}: {exc}") from None
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
@@ -127,19 +133,17 @@ class TopicStore:
         validate_topic_configs(configs)
         info = TopicInfo(name, partitions, uuid.uuid4(), dict(configs), replication_factor)
         if not validate_only:
-            self.topics[name] = info
-            try:
-                self._save()
-            except OSError as exc:  # a full disk: the topic does not exist, in memory or on disk
-                del self.topics[name]
-                raise TopicError("kafka_storage_error", f"cannot record topic {name!r}: {exc}") from None
+            self.topics[name] = info  # a full disk: the topic does not exist, in memory or on disk
+            self._save_or_undo(lambda: self.topics.pop(name), f"topic {name!r}")
         return info
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
-        self.topics[name].configs = dict(configs)
-        self._save()
+        info = self.topics[name]
+        old, info.configs = info.configs, dict(configs)
+        self._save_or_undo(lambda: setattr(info, "configs", old), f"the configs of topic {name!r}")
 
     def delete(self, name: str) -> None:
-        if self.topics.pop(name, None) is None:
+        info = self.topics.pop(name, None)
+        if info is None:
             raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        self._save()
+        self._save_or_undo(lambda: self.topics.__setitem__(name, info), f"the deletion of topic {name!r}")
