@@ -505,6 +505,8 @@ def _hinted(owner, field, kafka_type: str, optional: bool):
             # what requests normally carry, and now and then a count no broker should accept
             return _weighted((12, st.sampled_from([-1, 1, 2, 3])),
                              (1, st.sampled_from([0, -2, 100_000, 1_000_000, 2**31 - 1])))
+        if name == "count" and "CreatePartitions" in owner_name:  # a pool topic's new count: a little growth
+            return _weighted((12, st.integers(-1, 8)), (1, st.sampled_from([100_000, 1_000_000, 2**31 - 1])))
         if name in ("max_bytes", "partition_max_bytes"):
             return _weighted((4, st.integers(0, 1 << 20)), (1, st.sampled_from([-1, 2**31 - 1])))
         if name == "min_bytes":

@@ -25,6 +25,7 @@ from broker.metadata.topics import (
     TopicError,
     TopicInfo,
     TopicStore,
+    check_new_partitions,
     validate_topic_configs,
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
@@ -181,6 +182,47 @@ class Broker:
                     await asyncio.sleep(0)  # let other clients in between (about 0.3 ms a partition)
             log.info("created topic %s with %d partition(s)", name, partitions)
         return info
+
+    async def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                validate_only: bool = False) -> list[int]:
+        """Grow topic ``name`` to ``count`` partitions (CreatePartitions); ``assignments`` lists the replicas of
+        each new partition, else they are placed as a new topic's. Returns the new partitions' ids (none when
+        ``validate_only``). Cluster mode writes the assignment; the controller elects their leaders."""
+        if self.cluster is not None:
+            return await self.cluster.create_partitions(name, count, assignments, validate_only)
+        info = self.topics.get(name)
+        if info is None:
+            raise TopicError("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
+        current = info.partitions
+        check_new_partitions(current, count, assignments, 1, {self.node_id})
+        self.check_partition_limit({self.node_id: count - current})
+        if validate_only:
+            return []
+        self.topics.add_partitions(name, count)
+        for p in range(current, count):
+            try:
+                self.logs.create(name, p)
+            except OSError as exc:  # a full disk: the partition exists; its log is created at its first use
+                incidents.failed(f"log creations in {self.log_dirs[0]}", exc, f"{name}-{p}")
+            if (p - current) % CREATE_BATCH == CREATE_BATCH - 1:
+                await asyncio.sleep(0)
+        log.info("topic %s grew from %d to %d partitions", name, current, count)
+        return list(range(current, count))
+
+    async def wait_for_leaders(self, partitions: list[tuple[str, int]], timeout: float) -> set[tuple[str, int]]:
+        """Wait up to ``timeout`` seconds until every partition has a live leader; returns those still without
+        one (standalone: none, this broker leads them all)."""
+        if self.cluster is None:
+            return set()
+        meta = self.cluster.metadata
+
+        def leaderless() -> set[tuple[str, int]]:
+            return {(t, p) for t, p in partitions
+                    if (s := meta.state(t, p)) is None or s.leader < 0 or s.leader not in meta.brokers}
+
+        if timeout > 0:
+            await meta.wait_until(lambda: not leaderless(), timeout)
+        return leaderless()
 
     def hosted_partitions(self) -> dict[int, int]:
         """Partition replicas per broker id, as the topic metadata assigns them."""

@@ -1,7 +1,8 @@
 """Operator verbs, in the shape of Kafka's tools:
 
-``logbus topics --bootstrap-server B list|describe|create|delete`` (kafka-topics.sh) through the Kafka
-protocol (confluent-kafka's AdminClient), against any broker; ``logbus reassign-partitions --zookeeper
+``logbus topics --bootstrap-server B list|describe|create|alter|delete`` (kafka-topics.sh, whose ``--list``,
+``--alter``, ... spellings are accepted too) through the Kafka protocol (confluent-kafka's AdminClient), against
+any broker; ``alter --partitions N`` grows a topic (CreatePartitions); ``logbus reassign-partitions --zookeeper
 Z --plan FILE [--verify]`` (the classic kafka-reassign-partitions.sh) writes the plan to
 ``/admin/reassign_partitions`` for the controller, which adds the new replicas, waits until they are in sync,
 then drops the old ones.
@@ -33,15 +34,30 @@ def _result(future, what: str):
         raise AdminError(f"{what}: {err.name()}: {err.str()}") from None
 
 
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """kafka-topics.sh's ``--replica-assignment``: partitions separated by commas, each partition's brokers by
+    colons (``0:1,1:2,2:0``), partition 0 first."""
+    try:
+        out = [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise AdminError(f"--replica-assignment {text!r}: expected broker ids like 0:1,1:2") from None
+    return out
+
+
 def topics(args) -> int:
     from confluent_kafka.admin import NewTopic
 
+    action = args.action or args.action_flag
+    if action is None:
+        raise AdminError("topics needs an action: list, describe, create, alter or delete")
+    if args.action and args.action_flag and args.action != args.action_flag:
+        raise AdminError(f"two actions given: {args.action} and --{args.action_flag}")
     admin = _admin(args.bootstrap_server)
-    if args.action == "list":
+    if action == "list":
         metadata = admin.list_topics(timeout=15)
         for name in sorted(metadata.topics):
             print(name)
-    elif args.action == "describe":
+    elif action == "describe":
         metadata = admin.list_topics(topic=args.topic, timeout=15) if args.topic else admin.list_topics(timeout=15)
         for name in sorted(metadata.topics):
             topic = metadata.topics[name]
@@ -53,7 +69,7 @@ def topics(args) -> int:
             for p in parts:
                 print(f"\tTopic: {name}\tPartition: {p.id}\tLeader: {p.leader}\t"
                       f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isrs))}")
-    elif args.action == "create":
+    elif action == "create":
         if not args.topic:
             raise AdminError("create needs --topic")
         configs = dict(item.split("=", 1) for item in (args.config or []) if "=" in item)
@@ -61,12 +77,45 @@ def topics(args) -> int:
                                                 config=configs)])
         _result(futures[args.topic], f"create {args.topic}")
         print(f"Created topic {args.topic}.")
-    elif args.action == "delete":
+    elif action == "alter":
+        alter(admin, args)
+    elif action == "delete":
         if not args.topic:
             raise AdminError("delete needs --topic")
         _result(admin.delete_topics([args.topic])[args.topic], f"delete {args.topic}")
         print(f"Deleted topic {args.topic}.")
     return 0
+
+
+def alter(admin, args) -> None:
+    """Grow ``--topic`` to ``--partitions`` (CreatePartitions, waiting up to 15 s for the new leaders). With
+    ``--replica-assignment`` (every partition's replicas, as kafka-topics.sh takes them) the new partitions get
+    the entries past the current count; otherwise the controller places them as a new topic's."""
+    from confluent_kafka.admin import NewPartitions
+
+    if not args.topic:
+        raise AdminError("alter needs --topic")
+    if args.partitions < 1:
+        raise AdminError("alter needs --partitions N (the new partition count)")
+    if args.config or args.replication_factor != -1:
+        raise AdminError("alter changes the partition count only (--partitions, --replica-assignment)")
+    assignment = None
+    if args.replica_assignment:
+        assignment = parse_replica_assignment(args.replica_assignment)
+        topic = admin.list_topics(topic=args.topic, timeout=15).topics.get(args.topic)
+        if topic is None or topic.error is not None:
+            raise AdminError(f"alter {args.topic}: {topic.error.name() if topic else 'UNKNOWN_TOPIC_OR_PART'}")
+        if len(assignment) != args.partitions:
+            raise AdminError(f"--replica-assignment names {len(assignment)} partitions, --partitions is "
+                             f"{args.partitions}")
+        assignment = assignment[len(topic.partitions):]
+    new = NewPartitions(args.topic, args.partitions, *([assignment] if assignment else []))
+    try:
+        futures = admin.create_partitions([new], operation_timeout=15, request_timeout=30)
+    except (ValueError, TypeError) as exc:  # refused by the client library before sending
+        raise AdminError(f"alter {args.topic}: {exc}") from None
+    _result(futures[args.topic], f"alter {args.topic}")
+    print(f"Topic {args.topic} now has {args.partitions} partitions.")
 
 
 def read_plan(path: str) -> dict[tuple[str, int], list[int]]:

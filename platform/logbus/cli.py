@@ -189,14 +189,22 @@ def build_parser() -> argparse.ArgumentParser:
     zk.add_argument("--sync-limit", metavar="TICKS", help="ensemble: syncLimit (default 5)")
     zk.set_defaults(func=_zookeeper)
 
-    topics = verbs.add_parser("topics", help="list, describe, create or delete topics (as kafka-topics.sh)")
-    topics.add_argument("action", choices=["list", "describe", "create", "delete"])
+    topics = verbs.add_parser("topics", help="list, describe, create, alter or delete topics (as kafka-topics.sh)")
+    actions = ["list", "describe", "create", "alter", "delete"]
+    topics.add_argument("action", nargs="?", choices=actions, help="or kafka-topics.sh's --list, --alter, ...")
+    flags = topics.add_mutually_exclusive_group()
+    for name in actions:
+        flags.add_argument(f"--{name}", dest="action_flag", action="store_const", const=name,
+                           help=f"the same as the {name} action")
     topics.add_argument("--bootstrap-server", required=True, help="any broker, host:port")
     topics.add_argument("--topic")
-    topics.add_argument("--partitions", type=int, default=-1, help="default: the broker's num.partitions")
+    topics.add_argument("--partitions", type=int, default=-1,
+                        help="create: default the broker's num.partitions; alter: the new partition count")
     topics.add_argument("--replication-factor", type=int, default=-1,
                         help="default: the broker's default.replication.factor")
     topics.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config")
+    topics.add_argument("--replica-assignment", metavar="B:B,B:B,...",
+                        help="alter: every partition's replicas (kafka-topics.sh's form); the new ones are used")
     topics.set_defaults(func=_topics)
 
     reassign = verbs.add_parser("reassign-partitions", help="move partition replicas (Kafka's reassignment JSON)")

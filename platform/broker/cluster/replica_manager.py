@@ -18,13 +18,14 @@ from broker.cluster.controller import Controller
 from broker.cluster.fetcher import LeaderFetcher
 from broker.cluster.metadata_cache import ClusterMetadata
 from broker.cluster.partition import FollowerState, Partition
-from broker.cluster.placement import PlacementError, assign_replicas
+from broker.cluster.placement import PlacementError, assign_new_partitions, assign_replicas
 from broker.cluster.zk import Zk
 from broker.config import ConfigError
 from broker.log.manager import read_checkpoint, try_checkpoint
 from broker.metadata.topics import (
     TopicError,
     TopicInfo,
+    check_new_partitions,
     validate_topic_configs,
     validate_topic_name,
 )
@@ -300,6 +301,53 @@ class ReplicaManager:
         await self.metadata.wait_until(lambda: self.metadata.partition_ready(name), 10)
         log.info("created topic %s: %s", name, assignment)
         return info
+
+    async def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                validate_only: bool = False) -> list[int]:
+        """Add partitions to the topic's assignment znode (a write conditional on its version: a concurrent
+        CreatePartitions or the controller's reassignment step makes it start over on fresh data). The
+        controller's watch on that znode elects the new partitions' leaders; the brokers' watches create the
+        logs. Refused while a reassignment of the topic is under way (Kafka: REASSIGNMENT_IN_PROGRESS)."""
+        path = znodes.topic_path(name)
+        while True:
+            data, stat = await self.zk.get_or_none(path)
+            if data is None:
+                raise TopicError("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
+            assignment = znodes.decode_assignment(data)
+            pending = znodes.decode_reassignment((await self.zk.get_or_none(znodes.REASSIGN))[0])
+            if assignment.adding or assignment.removing or any(t == name for t, _ in pending):
+                raise TopicError("reassignment_in_progress",
+                                 f"A partition reassignment is in progress for the topic '{name}'.")
+            current = len(assignment.partitions)
+            live = sorted(self.metadata.brokers)
+            rf = len(assignment.partitions.get(0, ()))
+            new = check_new_partitions(current, count, assignments, rf, set(live))
+            if new is None:
+                limit = limits.partition_limit(self.broker.config["max.broker.partitions"])
+                if live and -(-(count - current) * rf // len(live)) > limit:  # refuse absurd sizes before placing
+                    raise TopicError("policy_violation", f"{count - current} new partitions x {rf} replicas "
+                                                         f"exceed max.broker.partitions={limit} on every broker")
+                try:
+                    new = assign_new_partitions(live, assignment.partitions, count)
+                except PlacementError as exc:
+                    raise TopicError("invalid_replication_factor", str(exc)) from None
+            added: dict[int, int] = {}
+            for replicas in new.values():
+                for r in replicas:
+                    added[r] = added.get(r, 0) + 1
+            self.broker.check_partition_limit(added)
+            if validate_only:
+                return []
+            assignment.partitions.update(new)
+            try:
+                await self.zk.call(self.zk.client.set, path, znodes.encode_assignment(assignment),
+                                   version=stat.version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                raise TopicError("unknown_topic_or_partition", f"The topic '{name}' does not exist.") from None
+            log.info("topic %s grew from %d to %d partitions: %s", name, current, count, new)
+            return sorted(new)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         path = znodes.config_path(name)

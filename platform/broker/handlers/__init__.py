@@ -2,6 +2,7 @@
 
 from broker.handlers import (  # noqa: F401  (imported for registration)
     api_versions,
+    create_partitions,
     create_topics,
     delete_topics,
     describe_configs,

@@ -78,6 +78,42 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
                 raise TopicError("invalid_config", f"{key} must be an integer, not {value!r}") from None
 
 
+def check_new_partitions(current: int, count: int, assignments: list[list[int]] | None, replication_factor: int,
+                         brokers: set[int]) -> dict[int, list[int]] | None:
+    """Kafka's checks of one CreatePartitions entry (its ZooKeeper-mode admin manager, same messages): the count
+    must grow; a manual assignment names ``count - current`` partitions, each with ``replication_factor``
+    distinct registered brokers. Returns partition -> replicas of the new partitions as assigned, or None when
+    placement is left to the broker."""
+    if count < current:
+        raise TopicError("invalid_partitions",
+                         f"Topic currently has {current} partitions, which is higher than the requested {count}.")
+    if count == current:
+        raise TopicError("invalid_partitions", f"Topic already has {current} partitions.")
+    if assignments is None:
+        return None
+    unknown = sorted({b for replicas in assignments for b in replicas} - brokers)
+    if unknown:
+        raise TopicError("invalid_replica_assignment",
+                         f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+    if len(assignments) != count - current:
+        raise TopicError("invalid_replica_assignment", f"Increasing the number of partitions by {count - current} "
+                                                       f"but {len(assignments)} assignments provided.")
+    new = {current + i: list(replicas) for i, replicas in enumerate(assignments)}
+    for p, replicas in new.items():
+        if not replicas:
+            raise TopicError("invalid_replica_assignment", f"Cannot have replication factor of 0 for partition id {p}.")
+        if len(set(replicas)) != len(replicas):
+            raise TopicError("invalid_replica_assignment", "Duplicate brokers not allowed in replica assignment: "
+                                                           f"{', '.join(map(str, replicas))} for partition id {p}.")
+    bad = {p: len(r) for p, r in new.items() if len(r) != replication_factor}
+    if bad:
+        raise TopicError("invalid_replica_assignment",
+                         f"Inconsistent replication factor between partitions, partition 0 has {replication_factor} "
+                         f"while partitions [{', '.join(map(str, bad))}] have replication factors "
+                         f"[{', '.join(map(str, bad.values()))}], respectively.")
+    return new
+
+
 @dataclass
 class TopicInfo:
     name: str
@@ -141,6 +177,12 @@ class TopicStore:
         info = self.topics[name]
         old, info.configs = info.configs, dict(configs)
         self._save_or_undo(lambda: setattr(info, "configs", old), f"the configs of topic {name!r}")
+
+    def add_partitions(self, name: str, count: int) -> None:
+        """Grow a topic to ``count`` partitions (checked by :func:`check_new_partitions` first)."""
+        info = self.topics[name]
+        old, info.partitions = info.partitions, count
+        self._save_or_undo(lambda: setattr(info, "partitions", old), f"the new partitions of topic {name!r}")
 
     def delete(self, name: str) -> None:
         info = self.topics.pop(name, None)
