@@ -35,7 +35,7 @@ from pathlib import Path
 
 import requests
 from support import REPO, Ledger, wait_until
-from topology_checks import GRACE_MS, wait_recovered
+from topology_checks import GRACE_MS, dag_run_state, run_dag, trigger_dag, wait_recovered
 
 KINDS = ("kill-broker", "kill-mirror", "kill-counter", "kill-registry", "kill-zookeeper", "kill-scheduler",
          "pause-broker", "wan-cut", "full-disk")
@@ -101,14 +101,9 @@ class Chaos:
     def _kill_scheduler(self) -> tuple[str, dict]:
         import psutil
 
-        headers = {"Authorization": f"Bearer {self.token}"}
-        r = requests.post(f"{self.airflow}/api/v2/dags/logbus_load/dagRuns", json={"logical_date": None},
-                          headers=headers, timeout=60)
-        assert r.status_code == 200, r.text
-        run_id = r.json()["dag_run_id"]
-        runs = f"{self.airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}"
-        wait_until(lambda: requests.get(runs, headers=headers, timeout=30).json()["state"] == "running", 120,
-                   interval=1, what="the load run running")
+        run_id = trigger_dag(self.airflow, self.token)
+        wait_until(lambda: dag_run_state(self.airflow, self.token, run_id) == "running", 120, interval=1,
+                   what="the load run running")
         time.sleep(self.rng.uniform(5, 20))  # somewhere in the middle of the load
         def cmdline(p: psutil.Process) -> list[str]:
             try:
@@ -187,36 +182,30 @@ class Chaos:
                 for tier in ("live", "offline")}
 
     def wait_healthy(self, timeout: float = 300) -> None:
-        def healthy():
-            out = logbus("status", "--json", "--state-dir", str(self.state), timeout=120)
-            status = json.loads(out.stdout)
-            self._unhealthy = [s["name"] for s in status["services"] if not s["healthy"]]
-            return status["healthy"]
+        unhealthy: list[str] = []
 
-        self._unhealthy: list[str] = []
+        def healthy():
+            unhealthy[:] = [n for n, s in self.statuses().items() if not s["healthy"]]
+            return not unhealthy
+
         try:
             wait_until(healthy, timeout, interval=2, what="every service healthy")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: not healthy: {self._unhealthy}") from None
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: not healthy: {unhealthy}") from None
 
     def wait_load(self, run_id: str, timeout: float = 900) -> str:
         """Until the interrupted run has finished and a load run has succeeded since; returns its final state."""
-        headers = {"Authorization": f"Bearer {self.token}"}
-
-        def state():
+        def final():
             try:
-                return requests.get(f"{self.airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}", headers=headers,
-                                    timeout=30).json()["state"]
+                state = dag_run_state(self.airflow, self.token, run_id)
             except (requests.ConnectionError, requests.Timeout):
                 return None
+            return state in ("success", "failed") and state
 
-        final = wait_until(lambda: (s := state()) in ("success", "failed") and s, timeout, interval=3,
-                           what="the interrupted load run finished")
-        if final == "failed":  # it failed with its scheduler: the next run must succeed
-            from topology_checks import run_dag
-
+        state = wait_until(final, timeout, interval=3, what="the interrupted load run finished")
+        if state == "failed":  # it failed with its scheduler: the next run must succeed
             run_dag(self.airflow, self.token, timeout=timeout)
-        return final
+        return state
 
     def round(self, number: int, kind: str) -> dict:
         started_ms = int(time.time() * 1000)

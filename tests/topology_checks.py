@@ -52,19 +52,27 @@ def wait_recovered(audit: str, since_ms: int, timeout: float = 240) -> None:
     wait_until(_polled(recovered), timeout, interval=2, what="windows complete at the live and offline tiers")
 
 
+def trigger_dag(airflow: str, token: str) -> str:
+    """Trigger a logbus_load run through Airflow's REST API; returns its run id."""
+    r = requests.post(f"{airflow}/api/v2/dags/logbus_load/dagRuns", json={"logical_date": None},
+                      headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()["dag_run_id"]
+
+
+def dag_run_state(airflow: str, token: str, run_id: str) -> str:
+    return requests.get(f"{airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}",
+                        headers={"Authorization": f"Bearer {token}"}, timeout=30).json()["state"]
+
+
 def run_dag(airflow: str, token: str, timeout: float = 400) -> int:
     """Trigger logbus_load, wait for success; returns the trigger time (ms): windows closed before it must be
     complete in its report."""
-    headers = {"Authorization": f"Bearer {token}"}
     triggered = int(time.time() * 1000)
-    r = requests.post(f"{airflow}/api/v2/dags/logbus_load/dagRuns", json={"logical_date": None},
-                      headers=headers, timeout=60)
-    assert r.status_code == 200, r.text
-    run_id = r.json()["dag_run_id"]
+    run_id = trigger_dag(airflow, token)
 
     def finished():
-        state = requests.get(f"{airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}", headers=headers,
-                             timeout=30).json()["state"]
+        state = dag_run_state(airflow, token, run_id)
         assert state != "failed", "the logbus_load run failed"
         return state == "success"
 
