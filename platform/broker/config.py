@@ -143,6 +143,18 @@ KEYS: dict[str, Key] = {
         Key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, "Dirty ratio above which a log gets cleaned."),
         Key("log.cleaner.delete.retention.ms", _int(0), 86400000, "How long tombstones are kept."),
         Key("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
+        # transactions (Kafka's names and defaults)
+        Key("transaction.state.log.num.partitions", _int(1), 50, "Partitions of __transaction_state."),
+        Key("transaction.state.log.replication.factor", _int(1), 3, "Replication factor of __transaction_state "
+            "(a standalone broker uses 1); fewer live brokers: COORDINATOR_NOT_AVAILABLE until there are enough."),
+        Key("transaction.state.log.min.isr", _int(1), 2, "min.insync.replicas of __transaction_state."),
+        Key("transaction.state.log.segment.bytes", _int(14), 104857600, "segment.bytes of __transaction_state."),
+        Key("transaction.max.timeout.ms", _int(1), 900000, "Largest transaction.timeout.ms a producer may ask for."),
+        Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1), 10000,
+            "How often the coordinator aborts transactions past their timeout."),
+        Key("transactional.id.expiration.ms", _int(1), 604800000, "Forget a transactional id idle this long."),
+        Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int(1), 3600000,
+            "How often expired transactional ids are removed."),
     ]
 }
 

@@ -15,6 +15,7 @@ import uuid
 
 from broker.config import LONG_MAX, BrokerConfig, ConfigError
 from broker.groups.coordinator import GroupCoordinator
+from broker.txn.coordinator import TransactionCoordinator
 from broker.log.cleaner import LogCleaner
 from broker.log.log import LogConfig, PartitionLog
 from broker import limits
@@ -65,6 +66,7 @@ class Broker:
             self.topics = TopicStore(self.log_dirs[0])
         self.logs = LogManager(self.log_dirs, self.log_config_for)
         self.groups = GroupCoordinator(self)
+        self.txn = TransactionCoordinator(self)
         self.cleaner = LogCleaner(self)
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
@@ -419,6 +421,7 @@ class Broker:
                 log.warning("no controller known %gs after registering in ZooKeeper (zookeeper.connection.timeout"
                             ".ms): serving clients anyway; Metadata names the controller once there is one", bound)
         await self.groups.start()
+        self.txn.start()
         loop = asyncio.get_running_loop()
         retention_s = self.config["log.retention.check.interval.ms"] / 1000
         flush_s = min(self.config["log.flush.scheduler.interval.ms"], self.config.flush_ms, LONG_MAX) / 1000
@@ -457,6 +460,7 @@ class Broker:
         clean = True
         for task in self._tasks:
             task.cancel()
+        await self.txn.stop(step)
         await self.groups.stop()
         for listener in self.listeners.values():
             listener.close()

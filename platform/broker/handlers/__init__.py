@@ -1,12 +1,14 @@
 """One module per Kafka API; importing this package registers them all in :mod:`broker.handlers.registry`."""
 
 from broker.handlers import (  # noqa: F401  (imported for registration)
+    add_partitions_to_txn,
     api_versions,
     create_partitions,
     create_topics,
     delete_topics,
     describe_configs,
     describe_groups,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -22,6 +24,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     offset_for_leader_epoch,
     produce,
     sync_group,
+    write_txn_markers,
 )
 from broker.handlers.registry import APIS, NO_RESPONSE, RawResponse
 

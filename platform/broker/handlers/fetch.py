@@ -4,6 +4,10 @@ The response is framed by hand (:mod:`broker.protocol.fetch_response`) so that r
 segment file to the socket with sendfile. KIP-74: at least one whole batch is returned even when it is larger
 than the byte budget; a region may end inside a batch, which clients drop and fetch again.
 
+Transactions: ``read_committed`` consumers (isolation level 1) read up to the last stable offset and get the
+aborted transactions overlapping what they read (producer id, first offset), so they drop those records; every
+partition reports its last stable offset.
+
 Cluster mode: only the leader serves fetches. Consumers read up to the high watermark; a follower
 (``replica_id`` >= 0) reads up to the log end, and the offset it asks for tells the leader how far its copy
 goes (which may advance the high watermark and bring it back into the ISR).
@@ -18,6 +22,7 @@ from broker.protocol.fetch_response import PartitionData
 from broker.protocol.messages import ErrorCode, ms
 
 KEY = 1
+READ_COMMITTED = 1
 
 
 def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
@@ -25,6 +30,7 @@ def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
     budget = request.max_bytes
     replica_id = getattr(request, "replica_id", -1)
     follower = replica_id >= 0 and broker.cluster is not None
+    read_committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED and not follower
     total = 0
     errors = False
     topics = []
@@ -44,12 +50,13 @@ def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
             if follower and first_pass:
                 broker.cluster.follower_fetched(broker.cluster.partition(topic.topic, p.partition), replica_id,
                                                 p.fetch_offset)
-            data = PartitionData(p.partition, 0, plog.high_watermark, plog.high_watermark, plog.log_start_offset)
+            lso = plog.last_stable_offset
+            data = PartitionData(p.partition, 0, plog.high_watermark, lso, plog.log_start_offset)
             allowed = min(p.partition_max_bytes, budget - total)
             if allowed > 0 or total == 0:
                 try:
                     region = plog.read(p.fetch_offset, max(allowed, 1) if total == 0 else allowed,
-                                       committed_only=not follower)
+                                       committed_only=not follower, upper=lso if read_committed else None)
                 except OffsetOutOfRange:
                     data.error_code = ErrorCode.offset_out_of_range.value
                     errors = True
@@ -57,6 +64,9 @@ def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
                 if region is not None:
                     data.records = region
                     total += region.size
+                    if read_committed:
+                        data.aborted = [(t.producer_id, t.first_offset)
+                                        for t in plog.aborted_transactions(p.fetch_offset, lso)]
             partitions.append(data)
         topics.append((topic.topic, partitions))
     return topics, total, errors

@@ -1,5 +1,7 @@
 """FindCoordinator (key 10), v0–4: the broker coordinating a consumer group (rendezvous hash over live brokers,
-see :mod:`broker.groups.coordinator`). Transaction coordinators are not supported."""
+see :mod:`broker.groups.coordinator`) or a transactional id (key type 1: the leader of its partition of
+``__transaction_state``, created on first need; COORDINATOR_NOT_AVAILABLE, which clients retry, until it has
+leaders)."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -8,12 +10,17 @@ KEY = 10
 GROUP, TRANSACTION = 0, 1
 
 
-def locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
-    if key_type != GROUP:
-        return ErrorCode.coordinator_not_available, -1, "", -1
-    if not key:
+async def locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+    if key_type == TRANSACTION:
+        error, node = await broker.txn.locate(key)
+        if error != ErrorCode.none:
+            return error, -1, "", -1
+    elif key_type != GROUP:
+        return ErrorCode.invalid_request, -1, "", -1
+    elif not key:
         return ErrorCode.invalid_group_id, -1, "", -1
-    node = broker.groups.coordinator_id(key)
+    else:
+        node = broker.groups.coordinator_id(key)
     for node_id, host, port, _rack in broker.live_brokers():
         if node_id == node:
             return ErrorCode.none, node_id, host, port
@@ -21,16 +28,16 @@ def locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
 
 
 @handles(KEY, "FindCoordinator", 0, 4)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     key_type = getattr(request, "key_type", GROUP)
     if header.api_version >= 4:
         coordinator_cls = nested(cls, "Coordinator")
         found = []
         for key in request.coordinator_keys:
-            error, node, host, port = locate(broker, key, key_type)
+            error, node, host, port = await locate(broker, key, key_type)
             found.append(build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error,
                                error_message=None))
         return build(cls, throttle_time=0, coordinators=tuple(found))
-    error, node, host, port = locate(broker, request.key, key_type)
+    error, node, host, port = await locate(broker, request.key, key_type)
     return build(cls, throttle_time=0, error_code=error, error_message=None, node_id=node, host=host, port=port)

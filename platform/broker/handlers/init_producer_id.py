@@ -1,9 +1,11 @@
-"""InitProducerId (key 22), v0–4: producer ids for idempotent producers (transactions are not supported).
+"""InitProducerId (key 22), v0–4: producer ids for idempotent producers; with a transactional id, the
+transaction coordinator's (:mod:`broker.txn.coordinator`: epochs, fencing of older instances).
 A new block of ids the disk refuses to record is COORDINATOR_NOT_AVAILABLE, which producers retry."""
 
 from broker.handlers.registry import handles
+from broker.handlers.txn_errors import for_version
 from broker.log.storage_errors import incidents
-from broker.protocol.messages import ErrorCode, build, response_class
+from broker.protocol.messages import ErrorCode, build, ms, response_class
 
 KEY = 22
 
@@ -11,11 +13,13 @@ KEY = 22
 @handles(KEY, "InitProducerId", 0, 4)
 async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
-    if request.transactional_id is not None:
-        return build(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
-                     producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
+    if request.transactional_id is not None:
+        error, producer_id, epoch = await broker.txn.init_producer_id(
+            request.transactional_id, ms(request.transaction_timeout), producer_id, epoch)
+        return build(cls, throttle_time=0, error_code=for_version(error, header.api_version, fenced_since=4),
+                     producer_id=producer_id, producer_epoch=epoch)
     if producer_id >= 0 and epoch >= 0:  # KIP-360: bump the epoch of a known producer id
         return build(cls, throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=epoch + 1)
     try:

@@ -30,10 +30,11 @@ async def offset_for_timestamp(plog, timestamp: int) -> tuple[int, int] | None:
     return None
 
 
-async def lookup(plog, timestamp: int) -> tuple[ErrorCode, int, int]:
-    """(error, timestamp, offset) answering one partition's query; (-1, -1) when no record is that recent."""
+async def lookup(plog, timestamp: int, read_committed: bool = False) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) answering one partition's query; (-1, -1) when no record is that recent.
+    ``latest`` is the last stable offset for read_committed consumers (isolation level 1)."""
     if timestamp == LATEST:
-        return ErrorCode.none, -1, plog.high_watermark
+        return ErrorCode.none, -1, plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp == EARLIEST:
         return ErrorCode.none, -1, plog.log_start_offset
     if timestamp == MAX_TIMESTAMP:
@@ -57,6 +58,7 @@ async def handle(broker, header, request):
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     partition_cls = nested(cls, "ListOffsetsPartitionResponse")
     topics = []
+    read_committed = int(getattr(request, "isolation_level", 0)) == 1
     for topic in request.topics:
         info = broker.topics.get(topic.name)
         results = []
@@ -71,7 +73,7 @@ async def handle(broker, header, request):
                 results.append(build(partition_cls, partition_index=p.partition_index, error_code=error,
                                      timestamp=-1, offset=-1))
                 continue
-            error, timestamp, offset = await lookup(plog, p.timestamp)
+            error, timestamp, offset = await lookup(plog, p.timestamp, read_committed)
             results.append(build(partition_cls, partition_index=p.partition_index, error_code=error,
                                  timestamp=timestamp, offset=offset, leader_epoch=plog.leader_epoch))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(results)))

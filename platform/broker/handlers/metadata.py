@@ -54,7 +54,8 @@ async def handle(broker, header, request):
                 partitions.append(build(partition_cls, error_code=perror, partition_index=p, leader_id=leader,
                                         leader_epoch=epoch, replica_nodes=tuple(replicas), isr_nodes=tuple(isr),
                                         offline_replicas=tuple(offline)))
-        topics.append(build(topic_cls, error_code=error, name=name, is_internal=False, partitions=tuple(partitions),
+        topics.append(build(topic_cls, error_code=error, name=name, is_internal=name == "__transaction_state",
+                            partitions=tuple(partitions),
                             topic_id=info.topic_id if info else None))
     brokers = tuple(build(broker_cls, node_id=node, host=host, port=port, rack=rack)
                     for node, host, port, rack in broker.live_brokers())

@@ -34,6 +34,7 @@ from broker.log.log import PartitionLog
 from broker.log.producer_state import (
     DuplicateSequence,
     InvalidProducerEpoch,
+    InvalidTxnState,
     OutOfOrderSequence,
 )
 from broker.log.storage_errors import incidents, log_dir_of
@@ -147,6 +148,12 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         return -1
     except InvalidProducerEpoch as exc:
         part.fail(ErrorCode.invalid_producer_epoch, str(exc), plog.log_start_offset)
+        return -1
+    except InvalidTxnState as exc:
+        part.fail(ErrorCode.invalid_txn_state, str(exc), plog.log_start_offset)
+        return -1
+    except records.InvalidBatch as exc:  # a control batch from a client
+        part.fail(rejection(exc), str(exc), plog.log_start_offset)
         return -1
     except OSError as exc:
         incidents.failed(f"appends to {log_dir_of(plog.dir)}", exc, f"{part.topic}-{part.index}")

@@ -25,7 +25,8 @@ from broker.log.index import INT32_MAX
 from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import FileRegion, LogSegment
 from broker.log.storage_errors import incidents, log_dir_of
-from broker.protocol import records
+from broker.log.txn_index import AbortedTxn, TxnIndex
+from broker.protocol import control, records
 from broker.protocol.record_reader import first_at_or_after
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class PartitionLog:
         self.epochs = EpochCache(directory)
         self.epochs.truncate_from_end(self.log_end_offset)  # recovery may have dropped a tail
         self._snapshot_path = os.path.join(directory, PRODUCER_SNAPSHOT)
+        self.txn_index = TxnIndex(directory)
+        self.txn_index.truncate_to(self.log_end_offset)
         self.rebuild_producer_state()
         # Replicated (cluster mode): the partition's leader moves the high watermark over the ISR; standalone,
         # every append is committed at once.
@@ -148,7 +151,10 @@ class PartitionLog:
     def append(self, data, summary: records.BatchSummary) -> int:
         """Append validated batches; returns the base offset assigned to the first one."""
         pid, epoch = summary.producer_id, summary.producer_epoch
-        self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence)
+        if summary.control:
+            raise records.InvalidRecord("control batches are written by the broker, not by clients")
+        transactional = control.is_transactional(summary.attributes)
+        self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional)
         base = self.log_end_offset
         parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
         self._maybe_roll(len(data), next_offset - 1)
@@ -156,8 +162,46 @@ class PartitionLog:
         self._write(parts, len(data), base, next_offset, summary.max_timestamp, summary.records)
         if not self.replicated:
             self.high_watermark = next_offset
-        self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base)
+        self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base, transactional)
         return base
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                      timestamp_ms: int) -> int:
+        """Write a transaction marker (leader): closes the producer's transaction here. Returns its offset.
+        Raises InvalidProducerEpoch / CoordinatorFenced for a stale marker, OSError (nothing changed)."""
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = control.marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms)
+        offset = self.log_end_offset
+        parts, next_offset = records.patched_parts(batch, offset, self.leader_epoch)
+        self._maybe_roll(len(batch), offset)
+        self.epochs.assign(self.leader_epoch, offset)
+        first = self.producers.open_transactions().get(producer_id, -1)
+        if not commit and first >= 0:  # indexed first: a marker is never on disk without its index entry
+            self.txn_index.add(AbortedTxn(producer_id, first, offset, self.last_stable_offset))
+        try:
+            self._write(parts, len(batch), offset, next_offset, timestamp_ms, 1)
+        except OSError:
+            self.txn_index.truncate_to(offset)
+            raise
+        if not self.replicated:
+            self.high_watermark = next_offset
+        self.producers.apply_marker(producer_id, producer_epoch, coordinator_epoch, offset)
+        return offset
+
+    def _track_marker(self, header: records.BatchHeader, batch) -> None:
+        """A marker written by the leader (follower, rebuild): close the transaction, index an abort."""
+        try:
+            kind, coordinator_epoch = control.read_marker(batch)
+        except records.InvalidBatch:
+            log.warning("%s-%d: unreadable control batch at offset %d", self.topic, self.partition,
+                        header.base_offset)
+            return
+        first = self.producers.open_transactions().get(header.producer_id, -1)
+        if kind == control.ABORT and first >= 0:
+            self.txn_index.add(AbortedTxn(header.producer_id, first, header.base_offset,
+                                          min(first, self.high_watermark)))
+        self.producers.apply_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
+                                    header.base_offset)
 
     def append_as_follower(self, data) -> int:
         """Append batches copied from the leader as they are (offsets and leader epochs kept). ``data`` holds
@@ -183,10 +227,15 @@ class PartitionLog:
         except OSError:
             self.epochs.truncate_from_end(self.log_end_offset)  # no epoch for batches this replica does not have
             raise
+        pos = 0
         for h in headers:
-            if h.producer_id >= 0:
+            if control.is_control(h.attributes):
+                self._track_marker(h, view[pos:pos + h.size])
+            elif h.producer_id >= 0:
                 last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
-                self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset)
+                self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset,
+                                      control.is_transactional(h.attributes))
+            pos += h.size
         return next_offset
 
     def _write(self, parts: list, size: int, base: int, next_offset: int, max_timestamp: int, count: int) -> None:
@@ -220,6 +269,7 @@ class PartitionLog:
         self.epochs.truncate_from_end(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.txn_index.truncate_to(self.log_end_offset)
         self.rebuild_producer_state()
         log.info("%s-%d truncated to offset %d", self.topic, self.partition, self.log_end_offset)
 
@@ -235,6 +285,7 @@ class PartitionLog:
         self.log_start_offset = self.high_watermark = self.recovery_point = offset
         self.epochs.clear()
         self.producers = ProducerStateManager()
+        self.txn_index.clear()
 
     def begin_leader_epoch(self, epoch: int) -> None:
         """This replica leads from now on, in ``epoch``, which starts at the log end offset. A disk that refuses
@@ -264,10 +315,15 @@ class PartitionLog:
         i = bisect_right(self._bases, start) - 1
         for segment in self.segments[max(i, 0):]:
             for h in segment.headers_from(start):
-                if h.producer_id >= 0 and h.base_offset >= start:
+                if h.base_offset < start:
+                    continue
+                if control.is_control(h.attributes):
+                    region = segment.read(h.base_offset, h.size)
+                    self._track_marker(h, region.read() if region is not None else b"")
+                elif h.producer_id >= 0:
                     last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
                     self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
-                                          h.base_offset)
+                                          h.base_offset, control.is_transactional(h.attributes))
 
     def _maybe_roll(self, incoming: int, last_offset: int) -> None:
         """Roll before an append that would make the active segment too big or too old, or whose last offset
@@ -317,14 +373,27 @@ class PartitionLog:
             self.flush()
 
     # ---- reads --------------------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, committed_only: bool = True) -> FileRegion | None:
-        """Bytes starting at the batch containing ``offset``, up to the high watermark (consumers) or the log
-        end (followers: ``committed_only=False``)."""
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark, or the first offset of a transaction not yet decided below it (read_committed)."""
+        unstable = self.producers.first_unstable_offset(self.high_watermark)
+        return self.high_watermark if unstable is None else min(unstable, self.high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        return self.txn_index.collect(fetch_offset, upper_offset)
+
+    def read(self, offset: int, max_bytes: int, committed_only: bool = True,
+             upper: int | None = None) -> FileRegion | None:
+        """Bytes starting at the batch containing ``offset``, up to the high watermark (consumers), the last
+        stable offset (``upper``: read_committed consumers) or the log end (followers: ``committed_only=False``).
+        The high watermark and the last stable offset are batch boundaries."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(offset)
-        if offset >= (self.high_watermark if committed_only else self.log_end_offset):
-            return None
         limit = self.high_watermark if committed_only else self.log_end_offset
+        if upper is not None:
+            limit = min(limit, upper)
+        if offset >= limit:
+            return None
         i = bisect_right(self._bases, offset) - 1
         while i < len(self.segments):
             segment = self.segments[i]
@@ -389,6 +458,10 @@ class PartitionLog:
             deleted += 1
         if deleted:
             self.epochs.truncate_from_start(self.log_start_offset)
+            try:
+                self.txn_index.drop_before(self.log_start_offset)
+            except OSError as exc:  # kept whole: entries below the log start are never collected anyway
+                incidents.failed(f"transaction indexes in {log_dir_of(self.dir)}", exc, self.dir)
         return deleted
 
     def retire_segment(self, segment: LogSegment, schedule_delete) -> None:

@@ -18,6 +18,7 @@ from broker.protocol.codec import write_uvarint
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, hw, lso
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 
 
 @dataclass(slots=True)
@@ -28,6 +29,7 @@ class PartitionData:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: object = b""  # bytes or a file region with .size
+    aborted: list = None  # [(producer id, first offset)] of aborted transactions (read_committed), or None
 
 
 def _string(value: str, flexible: bool) -> bytes:
@@ -59,7 +61,12 @@ def encode(version: int, correlation_id: int, topics: list[tuple[str, list[Parti
             head += _PARTITION_V4.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 head += _I64.pack(p.log_start_offset)
-            head += _array_len(0, flexible)  # aborted transactions: none
+            aborted = p.aborted or ()
+            head += _array_len(len(aborted), flexible)
+            for producer_id, first_offset in aborted:
+                head += _ABORTED.pack(producer_id, first_offset)
+                if flexible:
+                    head += b"\x00"
             if version >= 11:
                 head += _I32.pack(-1)  # preferred read replica: none
             records = p.records

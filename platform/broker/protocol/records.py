@@ -95,6 +95,8 @@ class BatchSummary:
     producer_epoch: int = -1
     base_sequence: int = -1
     last_sequence: int = -1
+    attributes: int = 0  # of the first batch (transactional: 0x10)
+    control: bool = False  # some batch is a control batch (only the broker writes those: a client's is refused)
 
 
 def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> BatchSummary:
@@ -104,6 +106,7 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
     total = len(view)
     batches = records = offsets = 0
     max_ts = -1
+    control = False
     while pos < total:
         header = read_header(view, pos)
         size = header.size
@@ -123,12 +126,13 @@ def validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> Batch
         records += header.record_count
         offsets += header.last_offset_delta + 1
         max_ts = max(max_ts, header.max_timestamp)
+        control = control or bool(header.attributes & 0x20)
         pos += size
     if batches == 0:
         raise InvalidBatch("no record batch")
     last_seq = first.base_sequence + first.last_offset_delta if first.base_sequence >= 0 else -1
     return BatchSummary(batches, records, offsets, max_ts, first.producer_id, first.producer_epoch,
-                        first.base_sequence, last_seq)
+                        first.base_sequence, last_seq, first.attributes, control)
 
 
 class BatchTooLarge(InvalidBatch):
