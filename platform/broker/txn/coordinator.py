@@ -155,6 +155,13 @@ class TransactionCoordinator:
         error, plog = self.broker.leader_log(TOPIC, p)
         if plog is None:
             return
+        # A new leader's high watermark may lag its log until the followers fetch again; records the old
+        # coordinator had committed (and answered clients for) may be above it: wait for them.
+        target = plog.log_end_offset
+        while plog.high_watermark < target:
+            if self.owned.get(p) is not owned or self.broker.leader_log(TOPIC, p)[1] is not plog:
+                return
+            await asyncio.sleep(0.05)
         offset = plog.log_start_offset
         entries: dict[str, TxnRecord | None] = {}
         while offset < plog.high_watermark:
