@@ -84,7 +84,8 @@ class GroupCoordinator:
     # ---- membership ---------------------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
                    session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   supports_skip_assignment: bool = False) -> JoinResult:
         try:
             self.check(group_id)
         except GroupError as exc:
@@ -95,13 +96,24 @@ class GroupCoordinator:
         group = self._group(group_id)
         if not group.supports(protocol_type, protocols):
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
-        if not member_id:
+        if not member_id and instance_id is not None:
+            # a static member gets its member id at once (no MEMBER_ID_REQUIRED round); if its instance id is
+            # known, it takes over the old member's place (KIP-345)
+            member_id = f"{instance_id}-{uuid.uuid4()}"
+            old_id = group.static_members.get(instance_id)
+            if old_id is not None:
+                return await self._static_rejoin(group, instance_id, old_id, member_id, session_timeout_ms,
+                                                 rebalance_timeout_ms, protocols, supports_skip_assignment)
+        elif not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if require_known_member_id:  # KIP-394: the client must come back with this id
                 group.pending[member_id] = time.monotonic() + session_timeout_ms / 1000
                 return JoinResult(ErrorCode.member_id_required, member_id=member_id)
-        elif member_id not in group.members and member_id not in group.pending:
-            return JoinResult(ErrorCode.unknown_member_id, member_id=member_id)
+        elif member_id not in group.pending:
+            try:
+                group.validate_member(member_id, instance_id)
+            except GroupError as exc:
+                return JoinResult(exc.error, member_id=member_id)
         group.pending.pop(member_id, None)
         known = group.members.get(member_id)
         changed = known is None or known.protocols != protocols
@@ -109,10 +121,7 @@ class GroupCoordinator:
                                    rebalance_timeout_ms, protocol_type, list(protocols)))
         member = group.members[member_id]
         if known is None:
-            topics = subscription_topics(protocols[0][1]) if protocol_type == "consumer" else []
-            self._background(self.store.member_joined(group_id, member_id, {
-                "version": 1, "subscription": {t: 1 for t in topics}, "client_id": client_id,
-                "host": client_host, "timestamp": str(int(time.time() * 1000))}))
+            self._register(group, member)
         if group.state == STABLE and not changed and member_id != group.leader:
             # a follower rejoining with the same subscription: the current generation stands
             return JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol, group.leader,
@@ -124,21 +133,63 @@ class GroupCoordinator:
         self._maybe_complete(group)
         return await future
 
-    def _member(self, group_id: str, member_id: str, generation: int) -> tuple[Group, Member]:
+    async def _static_rejoin(self, group: Group, instance_id: str, old_id: str, new_id: str, session_timeout_ms: int,
+                             rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]],
+                             supports_skip_assignment: bool) -> JoinResult:
+        """A known static member back with no member id (a restart, or a second process with the same
+        ``group.instance.id``): the new id takes over the old one's entry and the old id is fenced. A stable group
+        whose selected protocol stays the same does not rebalance: same generation, same assignment (Kafka's
+        ``updateStaticMemberAndRebalance``)."""
+        current_leader = group.leader
+        member = group.replace_static(instance_id, old_id, new_id)
+        member.protocols, member.session_timeout_ms = list(protocols), session_timeout_ms
+        member.rebalance_timeout_ms, member.last_heartbeat = rebalance_timeout_ms, time.monotonic()
+        log.info("group %s: static member %s rejoined as %s in state %s; %s fenced", group.group_id, instance_id,
+                 new_id, group.state, old_id)
+        self._background(self.store.member_left(group.group_id, old_id))
+        self._register(group, member)
+        if group.state == STABLE and group.select_protocol() == group.protocol:
+            self._on_stable(group)  # the ownership registry names the new member id
+            if supports_skip_assignment:  # v9+: the leader learns it leads, but must not assign
+                leads = group.leader == new_id
+                return JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol, group.leader,
+                                  new_id, group.current_members() if leads else [], skip_assignment=leads)
+            # before v9, the old leader id: a rejoining leader must not think it leads and assign (its assignment
+            # would not be passed on by a stable group)
+            return JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol, current_leader,
+                              new_id, [])
+        if group.state in (STABLE, COMPLETING):  # COMPLETING: the leader may be assigning to the old id
+            group.prepare_rebalance()
+        future = asyncio.get_running_loop().create_future()
+        member.join_future = future
+        self._maybe_complete(group)
+        return await future
+
+    def _register(self, group: Group, member: Member) -> None:
+        """The member in the consumer registry (ZooKeeper ``/consumers/<group>/ids/<member>``)."""
+        topics = subscription_topics(member.protocols[0][1]) if member.protocol_type == "consumer" else []
+        data = {"version": 1, "subscription": {t: 1 for t in topics}, "client_id": member.client_id,
+                "host": member.client_host, "timestamp": str(int(time.time() * 1000))}
+        if member.group_instance_id is not None:
+            data["group_instance_id"] = member.group_instance_id
+        self._background(self.store.member_joined(group.group_id, member.member_id, data))
+
+    def _member(self, group_id: str, member_id: str, generation: int,
+                instance_id: str | None = None) -> tuple[Group, Member]:
         """The group and member a request names, its session refreshed; GroupError when it is not valid."""
         self.check(group_id)
         group = self.groups.get(group_id)
         if group is None:
             raise GroupError(ErrorCode.unknown_member_id)
-        group.check_member(member_id, generation)
+        group.check_member(member_id, generation, instance_id)
         member = group.members[member_id]
         member.last_heartbeat = time.monotonic()
         return group, member
 
-    async def sync(self, group_id: str, member_id: str, generation: int,
-                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+    async def sync(self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes],
+                   instance_id: str | None = None) -> tuple[ErrorCode, bytes]:
         try:
-            group, member = self._member(group_id, member_id, generation)
+            group, member = self._member(group_id, member_id, generation, instance_id)
         except GroupError as exc:
             return exc.error, b""
         if group.state == PREPARING:
@@ -151,31 +202,55 @@ class GroupCoordinator:
             group.complete_sync(assignments)
         return await future
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+    def heartbeat(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> ErrorCode:
         try:
-            group, _member = self._member(group_id, member_id, generation)
+            group, _member = self._member(group_id, member_id, generation, instance_id)
         except GroupError as exc:
             return exc.error
         if group.state == PREPARING:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, group_id: str, member_ids: list[str]) -> tuple[ErrorCode, list[ErrorCode]]:
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup for (member id, group instance id) pairs, one error each. An empty member id with an
+        instance id removes that static member (the admin's "remove members"); a static member id that is no
+        longer its instance's current one is FENCED_INSTANCE_ID."""
         try:
             self.check(group_id)
         except GroupError as exc:
-            return exc.error, [exc.error] * len(member_ids)
+            return exc.error, [exc.error] * len(members)
         group = self.groups.get(group_id)
         results = []
-        for member_id in member_ids:
-            if group is None or group.remove(member_id) is None:
+        removed = False
+        for member_id, instance_id in members:
+            if group is None:
                 results.append(ErrorCode.unknown_member_id)
                 continue
+            if not member_id:
+                member_id = group.static_members.get(instance_id) if instance_id is not None else None
+                if member_id is None:
+                    results.append(ErrorCode.unknown_member_id)
+                    continue
+            elif member_id in group.pending:
+                del group.pending[member_id]
+                results.append(ErrorCode.none)
+                continue
+            else:
+                try:
+                    group.validate_member(member_id, instance_id)
+                except GroupError as exc:
+                    results.append(exc.error)
+                    continue
+            group.remove(member_id)
+            removed = True
             results.append(ErrorCode.none)
             self._background(self.store.member_left(group_id, member_id))
-            log.info("group %s: member %s left", group_id, member_id)
-        if group is not None and any(r == ErrorCode.none for r in results):
-            self._rebalance_after_loss(group)
+            log.info("group %s: member %s (instance %s) left", group_id, member_id, instance_id)
+        if group is not None:
+            if removed:
+                self._rebalance_after_loss(group)
+            else:
+                self._maybe_complete(group)
         return ErrorCode.none, results
 
     def _rebalance_after_loss(self, group: Group) -> None:
@@ -186,8 +261,7 @@ class GroupCoordinator:
         self._maybe_complete(group)
 
     def _maybe_complete(self, group: Group) -> None:
-        if group.ready_to_complete(time.monotonic()):
-            group.complete_join()
+        if group.ready_to_complete(time.monotonic()) and group.complete_join():
             log.info("group %s: generation %d, %d member(s), protocol %s, state %s", group.group_id,
                      group.generation, len(group.members), group.protocol, group.state)
 
@@ -225,17 +299,17 @@ class GroupCoordinator:
         return self.offsets[group_id]
 
     async def commit(self, group_id: str, member_id: str, generation: int,
-                     offsets: dict[tuple[str, int], tuple[int, str]]) -> ErrorCode:
+                     offsets: dict[tuple[str, int], tuple[int, str]], instance_id: str | None = None) -> ErrorCode:
         try:
             self.check(group_id)
         except GroupError as exc:
             return exc.error
         group = self.groups.get(group_id)
-        if generation >= 0 or member_id:
+        if generation >= 0 or member_id or instance_id is not None:
             if group is None:
                 return ErrorCode.unknown_member_id if member_id else ErrorCode.illegal_generation
             try:
-                group.check_member(member_id, generation)
+                group.check_member(member_id, generation, instance_id)
             except GroupError as exc:
                 return exc.error
             if group.state == COMPLETING:

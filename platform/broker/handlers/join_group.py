@@ -1,5 +1,7 @@
 """JoinGroup (key 11), v0–9: join a group's next generation; the answer waits for the rebalance
-(see :mod:`broker.groups.group`). From v4 a new member first gets MEMBER_ID_REQUIRED and its id (KIP-394)."""
+(see :mod:`broker.groups.group`). From v4 a new member first gets MEMBER_ID_REQUIRED and its id (KIP-394); from v5
+a static member (``group_instance_id``, KIP-345) gets its id at once and, rejoining, its old place; v9 tells a
+static leader that rejoined a stable group to skip the assignment."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import build, ms, nested, response_class
@@ -17,9 +19,10 @@ async def handle(broker, header, request):
     result = await broker.groups.join(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None), header.client_id or "",
         "unknown", session_ms, rebalance_ms, request.protocol_type,
-        [(p.name, p.metadata) for p in request.protocols], require_known_member_id=version >= 4)
+        [(p.name, p.metadata) for p in request.protocols], require_known_member_id=version >= 4,
+        supports_skip_assignment=version >= 9)
     members = tuple(build(member_cls, member_id=m, group_instance_id=i, metadata=meta)
                     for m, i, meta in result.members)
     return build(cls, throttle_time=0, error_code=result.error, generation_id=result.generation,
                  protocol_type=result.protocol_type, protocol_name=result.protocol or ("" if version < 7 else None),
-                 leader=result.leader, skip_assignment=False, member_id=result.member_id, members=members)
+                 leader=result.leader, skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)

@@ -1,4 +1,5 @@
-"""LeaveGroup (key 13), v0–5 (v3+: several members at once): the group rebalances without them."""
+"""LeaveGroup (key 13), v0–5 (v3+: several members at once, each a member id and/or a group instance id; an
+empty member id removes a static member by instance id): the group rebalances without them."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import build, nested, response_class
@@ -13,7 +14,7 @@ def handle(broker, header, request):
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         members = [(request.member_id, None)]
-    error, results = broker.groups.leave(request.group_id, [m for m, _ in members])
+    error, results = broker.groups.leave(request.group_id, members)
     if header.api_version < 3:
         return build(cls, throttle_time=0, error_code=results[0] if results else error)
     member_cls = nested(cls, "MemberResponse")

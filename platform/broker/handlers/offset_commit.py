@@ -24,7 +24,8 @@ async def handle(broker, header, request):
     error = ErrorCode.none
     if offsets:
         error = await broker.groups.commit(request.group_id, request.member_id,
-                                           request.generation_id_or_member_epoch, offsets)
+                                           request.generation_id_or_member_epoch, offsets,
+                                           getattr(request, "group_instance_id", None))
     topics = tuple(build(topic_cls, name=topic.name, partitions=tuple(
         build(partition_cls, partition_index=p.partition_index,
               error_code=ErrorCode.unknown_topic_or_partition if (topic.name, p.partition_index) in bad else error)
