@@ -271,3 +271,132 @@ def test_open_transaction_survives_a_broker_restart(tmp_path, how):
         assert len(read_confluent(broker, topic, "read_uncommitted")) == 12
     finally:
         broker.stop()
+
+
+def consume_transform_produce(bootstrap, source, sink, group, txn_id, rounds, abort_rounds=(), timeout=60):
+    """A confluent-kafka read-process-write loop: each round consumes what is there, writes it upper-cased to
+    ``sink`` and commits the consumed offsets in the same transaction (aborted in ``abort_rounds``)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe([source])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 30000})
+    producer.init_transactions(30)
+    try:
+        for r in range(rounds):
+            msgs, deadline = [], time.time() + timeout
+            while not msgs and time.time() < deadline:
+                msgs = [m for m in consumer.consume(100, 1.0) if not m.error()]
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(sink, value=m.value().upper(), partition=m.partition())
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 30)
+            if r in abort_rounds:
+                producer.flush(10)
+                producer.abort_transaction(30)
+                # rewind to the committed offsets, as an application must after an abort
+                for tp in consumer.committed(consumer.assignment(), 30):
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+            else:
+                producer.commit_transaction(30)
+        return consumer.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 30)
+    finally:
+        consumer.close()
+
+
+def test_offsets_commit_with_the_transaction(txn_broker):
+    source, sink = new_topic(txn_broker, "src"), new_topic(txn_broker, "sink")
+    plain = Producer({"bootstrap.servers": txn_broker.bootstrap})
+    for i in range(30):
+        plain.produce(source, value=b"m%d" % i, partition=i % PARTITIONS)
+    plain.flush(10)
+    group = f"ctp-{uuid.uuid4().hex[:6]}"
+    committed = consume_transform_produce(txn_broker.bootstrap, source, sink, group, "ctp-" + group, rounds=1,
+                                          abort_rounds=(0,))
+    assert all(tp.offset < 0 for tp in committed)  # the aborted transaction committed no offsets
+    assert read_confluent(txn_broker, sink, "read_committed") == []
+    committed = consume_transform_produce(txn_broker.bootstrap, source, sink, group, "ctp-" + group, rounds=1)
+    assert sorted(tp.offset for tp in committed) == [10, 10, 10]
+    assert read_confluent(txn_broker, sink, "read_committed") == sorted(b"M%d" % i for i in range(30))
+
+
+def offset_fetch_errors(broker, group, topic, require_stable):
+    from rawclient import RawClient, request_module
+
+    client = RawClient(broker.host, broker.port)
+    try:
+        m = request_module(9, 7)
+        resp = client.request(9, 7, m.OffsetFetchRequest(group_id=group, require_stable=require_stable, topics=(
+            m.OffsetFetchRequestTopic(name=topic, partition_indexes=tuple(range(PARTITIONS))),)))
+        return {p.error_code.value for t in resp.topics for p in t.partitions}
+    finally:
+        client.close()
+
+
+def test_pending_offsets_hold_a_new_member_and_a_zombie_is_refused(txn_broker):
+    source = new_topic(txn_broker, "src")
+    plain = Producer({"bootstrap.servers": txn_broker.bootstrap})
+    for i in range(30):
+        plain.produce(source, value=b"m%d" % i, partition=i % PARTITIONS)
+    plain.flush(10)
+    group = f"stable-{uuid.uuid4().hex[:6]}"
+    conf = {"bootstrap.servers": txn_broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+    first = Consumer(conf)
+    first.subscribe([source])
+    got = []
+    while len(got) < 30:
+        got += [m for m in first.consume(100, 1.0) if not m.error()]
+    zombie_metadata = first.consumer_group_metadata()
+    p = txn_producer(txn_broker, "stable-" + group)
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(source, i, 4) for i in range(PARTITIONS)], zombie_metadata, 30)
+    first.close()  # the group rebalances; the transaction with its offsets is still open
+    second = Consumer(conf)
+    second.subscribe([source])
+    held = [m for m in second.consume(100, 4.0) if not m.error()]
+    assert held == []  # OffsetFetch(require_stable) answers UNSTABLE_OFFSET_COMMIT while the offsets are pending
+    assert offset_fetch_errors(txn_broker, group, source, require_stable=True) == {88}
+    assert offset_fetch_errors(txn_broker, group, source, require_stable=False) == {0}
+    p.commit_transaction(30)
+    after = []
+    deadline = time.time() + 30
+    while len(after) < 18 and time.time() < deadline:
+        after += [m for m in second.consume(100, 1.0) if not m.error()]
+    assert sorted({(m.partition(), m.offset()) for m in after})[:1] == [(0, 4)]
+    assert min(m.offset() for m in after) == 4 and len(after) == 18  # from the transaction's offsets
+    # KIP-447: the first member's group metadata is from an older generation and a member that left
+    p.begin_transaction()
+    with pytest.raises(KafkaException) as raised:
+        p.send_offsets_to_transaction([TopicPartition(source, 0, 9)], zombie_metadata, 30)
+    assert raised.value.args[0].code() in (25, 22), raised.value  # UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION
+    p.abort_transaction(30)
+    assert second.committed([TopicPartition(source, 0)], 30)[0].offset == 4
+    second.close()
+
+
+def test_aiokafka_sends_offsets_in_a_transaction(txn_broker):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    source = new_topic(txn_broker, "src")
+    group = f"aio-{uuid.uuid4().hex[:6]}"
+
+    async def run():
+        producer = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id="aio-" + group)
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_offsets_to_transaction({ATP(source, 1): 7}, group)
+            await producer.begin_transaction()
+            await producer.send_offsets_to_transaction({ATP(source, 2): 5}, group)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    c = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group})
+    committed = {tp.partition: tp.offset for tp in c.committed([TopicPartition(source, p) for p in range(3)], 30)}
+    c.close()
+    assert committed == {0: -1001, 1: 7, 2: -1001}

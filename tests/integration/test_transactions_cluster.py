@@ -150,3 +150,37 @@ def test_sequences_exactly_once_across_coordinator_and_leader_kills(txn_cluster)
     assert sum(next_seq.values()) == 20 * 30
     uncommitted = read(txn_cluster, topic, "read_uncommitted")
     assert sum(len(v) for v in uncommitted.values()) == 20 * 30 + aborted_attempts * 30
+
+
+def test_group_offsets_in_transactions_across_brokers(txn_cluster):
+    """The group's coordinator is found by hashing the group, the transaction's by hashing its id: offsets are
+    kept pending in ZooKeeper and applied by the group coordinator when the commit marker reaches it."""
+    source = new_topic(txn_cluster, "src")
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    p = producer(txn_cluster, "g-" + group)
+    p.init_transactions(60)
+    c = Consumer({"bootstrap.servers": txn_cluster.bootstrap, "group.id": group})
+    tps = [TopicPartition(source, i) for i in range(PARTITIONS)]
+    zk = txn_cluster.zk()
+    try:
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(source, i, 10 + i) for i in range(PARTITIONS)],
+                                      c.consumer_group_metadata(), 60)
+        assert zk.get_children(f"/consumers/{group}/pending-offsets")  # durable while the transaction is open
+        p.abort_transaction(60)
+        assert all(tp.offset < 0 for tp in c.committed(tps, 30))
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(source, i, 20 + i) for i in range(PARTITIONS)],
+                                      c.consumer_group_metadata(), 60)
+        p.commit_transaction(60)
+        deadline = time.time() + 20
+        while time.time() < deadline and [tp.offset for tp in c.committed(tps, 30)] != [20, 21, 22]:
+            time.sleep(0.2)  # the commit marker reaches the group's coordinator just after EndTxn is answered
+        assert [tp.offset for tp in c.committed(tps, 30)] == [20, 21, 22]
+        assert zk.get_children(f"/consumers/{group}/pending-offsets") == []
+        data, _ = zk.get(f"/consumers/{group}/offsets/{source}/1")
+        assert data == b"21"
+    finally:
+        zk.stop()
+        zk.close()
+        c.close()

@@ -1,6 +1,7 @@
 """One module per Kafka API; importing this package registers them all in :mod:`broker.handlers.registry`."""
 
 from broker.handlers import (  # noqa: F401  (imported for registration)
+    add_offsets_to_txn,
     add_partitions_to_txn,
     api_versions,
     create_partitions,
@@ -24,6 +25,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
     write_txn_markers,
 )
 from broker.handlers.registry import APIS, NO_RESPONSE, RawResponse

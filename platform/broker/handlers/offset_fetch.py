@@ -1,7 +1,9 @@
-"""OffsetFetch (key 9), v1–7: a group's committed offsets (-1 where none); null topics (v2+) means all."""
+"""OffsetFetch (key 9), v1–7: a group's committed offsets (-1 where none); null topics (v2+) means all. With
+``require_stable`` (v7) a partition whose offsets an open transaction is committing answers
+UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends)."""
 
 from broker.handlers.registry import handles
-from broker.protocol.messages import build, nested, response_class
+from broker.protocol.messages import ErrorCode, build, nested, response_class
 
 KEY = 9
 
@@ -15,11 +17,15 @@ async def handle(broker, header, request):
     if request.topics is not None:
         wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
     error, committed = await broker.groups.fetch_offsets(request.group_id, wanted)
+    unstable = set()
+    if getattr(request, "require_stable", False) and error == ErrorCode.none:
+        unstable = await broker.txn.offsets.unstable(request.group_id, wanted)
     by_topic: dict[str, list] = {}
     for (topic, p), (offset, meta) in sorted(committed.items()):
+        waiting = (topic, p) in unstable  # offsets of an open transaction: the client retries (KIP-447)
         by_topic.setdefault(topic, []).append(build(
-            partition_cls, partition_index=p, committed_offset=offset, committed_leader_epoch=-1, metadata=meta,
-            error_code=error))
+            partition_cls, partition_index=p, committed_offset=-1 if waiting else offset, committed_leader_epoch=-1,
+            metadata=meta, error_code=ErrorCode.unstable_offset_commit if waiting else error))
     if wanted is not None and error.value:  # per-partition errors for versions without a top-level code
         for topic, p in wanted:
             by_topic.setdefault(topic, []).append(build(partition_cls, partition_index=p, committed_offset=-1,

@@ -28,6 +28,7 @@ from broker.protocol.messages import ErrorCode
 from broker.protocol.txn_log import TxnRecord, decode_key, decode_value, encode_key, encode_value, partition_for
 from broker.txn import metadata as m
 from broker.txn.markers import MarkerSender
+from broker.txn.offsets import TxnOffsets
 from broker.txn.txn_log_reader import read_batches
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = c["transaction.max.timeout.ms"]
         self.owned: dict[int, OwnedPartition] = {}
         self.markers = MarkerSender(broker)
-        self.group_completion = None  # async (group, producer_id, commit) -> bool; set by the group coordinator
+        self.offsets = TxnOffsets(broker)
         self._tasks: set[asyncio.Task] = set()
         self._ticker: asyncio.Task | None = None
         self._creating: asyncio.Task | None = None
@@ -295,6 +296,15 @@ class TransactionCoordinator:
             self._spawn(self._finish(p, owned, meta))
         return error
 
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str) -> ErrorCode:
+        """AddOffsetsToTxn: the group's offsets become part of the transaction (Kafka adds the group's
+        __consumer_offsets partition; here a pseudo-partition the group's coordinator answers for)."""
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        return await self.add_partitions(transactional_id, producer_id, producer_epoch,
+                                         {m.GROUP_PREFIX + group_id: {0}})
+
     def transaction_of(self, transactional_id: str) -> m.TxnMetadata | None:
         owned = self.owned.get(self.partition_of(transactional_id))
         return owned.ids.get(transactional_id) if owned is not None and owned.loaded else None
@@ -309,16 +319,9 @@ class TransactionCoordinator:
         broker stops coordinating it: the next coordinator finishes it from the log)."""
         commit = meta.state == m.State.PREPARE_COMMIT
         alive = self._alive(p, owned)
-        data = {t: set(ps) for t, ps in meta.partitions.items() if not t.startswith(m.GROUP_PREFIX)}
-        groups = [t[len(m.GROUP_PREFIX):] for t in meta.partitions if t.startswith(m.GROUP_PREFIX)]
         pid, epoch = meta.producer_id, meta.producer_epoch
-        if not await self.markers.send(pid, epoch, commit, owned.epoch, data, alive):
+        if not await self.markers.send(pid, epoch, commit, owned.epoch, meta.partitions, alive):
             return
-        for group in groups:
-            while self.group_completion is not None and not await self.group_completion(group, pid, commit):
-                if not alive():
-                    return
-                await asyncio.sleep(0.2)
         while alive():
             if meta.state not in m.PREPARING or meta.producer_id != pid:
                 return

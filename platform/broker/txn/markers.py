@@ -17,6 +17,7 @@ from broker.log.producer_state import CoordinatorFenced, InvalidProducerEpoch
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import codec
 from broker.protocol.messages import ErrorCode
+from broker.txn.metadata import GROUP_PREFIX
 
 log = logging.getLogger(__name__)
 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
@@ -28,7 +29,11 @@ MARKER_ACK_TIMEOUT_S = 30
 
 async def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
                        coordinator_epoch: int) -> ErrorCode:
-    """Append a marker to a partition this broker leads and wait until it is committed (all of the ISR)."""
+    """Append a marker to a partition this broker leads and wait until it is committed (all of the ISR). For a
+    group's pseudo-partition (``__consumer_offsets:<group>``) this broker must coordinate the group: the offsets
+    the transaction committed for it are applied or dropped."""
+    if topic.startswith(GROUP_PREFIX):
+        return await broker.txn.offsets.complete(topic[len(GROUP_PREFIX):], producer_id, commit)
     info = broker.topics.get(topic)
     if info is None or not 0 <= partition < info.partitions:
         return ErrorCode.unknown_topic_or_partition
@@ -59,6 +64,8 @@ class MarkerSender:
         self._clients: dict[int, object] = {}
 
     def _leader(self, topic: str, partition: int) -> int:
+        if topic.startswith(GROUP_PREFIX):
+            return self.broker.groups.coordinator_id(topic[len(GROUP_PREFIX):])
         if self.broker.cluster is None:
             return self.broker.node_id
         state = self.broker.cluster.metadata.state(topic, partition)

@@ -129,7 +129,8 @@ def add_partitions(meta: TxnMetadata | None, producer_id: int, epoch: int, parti
     error = check_producer(meta, producer_id, epoch)
     if error != ErrorCode.none:
         return error, None
-    if meta.state == State.ONGOING and all(set(p) <= meta.partitions.get(t, set()) for t, p in partitions.items()):
+    if meta.state == State.ONGOING and all(t in meta.partitions and set(p) <= meta.partitions[t]
+                                           for t, p in partitions.items()):
         return ErrorCode.none, None
     merged = {t: set(p) for t, p in meta.partitions.items()} if meta.state == State.ONGOING else {}
     for topic, parts in partitions.items():
