@@ -243,3 +243,69 @@ def test_kafka_python_admin_removes_a_static_member_by_instance_id(standalone, w
     assert time.monotonic() - removed < SESSION_MS / 1000 - 1  # the rebalance did not wait for the session
     assert a.proc.poll() is None  # "a" was not removed by the fenced entry
     assert [m.group_instance_id for m in standalone.describe(group).members] == ["a"]
+
+
+def test_kafka_python_static_leader_restarted_keeps_its_partitions_and_the_generation(standalone):
+    """kafka-python (JoinGroup up to v7) restarting the group's leader: the answer names the old leader id, so the
+    new consumer does not reassign; it gets its old partitions and the follower sees nothing."""
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+    class Recorder(ConsumerRebalanceListener):
+        def __init__(self):
+            self.events = []
+
+        def on_partitions_revoked(self, revoked):
+            self.events.append(("revoke", sorted(tp.partition for tp in revoked)))
+
+        def on_partitions_assigned(self, assigned):
+            self.events.append(("assign", sorted(tp.partition for tp in assigned)))
+
+    group, topic = "static-kafka-python", "kp-static"
+    standalone.create_topic(topic)
+
+    def consumer(instance: str, listener: Recorder) -> KafkaConsumer:
+        c = KafkaConsumer(bootstrap_servers=standalone.bootstrap, group_id=group, group_instance_id=instance,
+                          session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, enable_auto_commit=False,
+                          auto_offset_reset="earliest", metadata_max_age_ms=1000)
+        # (a leader that assigned before its first metadata answer rejoins at the next refresh, 5 min by default)
+        c.subscribe([topic], listener=listener)
+        return c
+
+    def poll_until(consumers, predicate, what):
+        def step():
+            for c in consumers:
+                c.poll(timeout_ms=100)
+            return predicate()
+        wait_until(step, 30, interval=0, what=what)
+
+    leader_events, follower_events = Recorder(), Recorder()
+    leader = consumer("kp-leader", leader_events)
+    poll_until([leader], lambda: len(leader.assignment()) == 4, "the first member owning everything")
+    follower = consumer("kp-follower", follower_events)
+    consumers = [leader, follower]
+    try:
+        poll_until(consumers, lambda: len(leader.assignment()) == len(follower.assignment()) == 2, "2 and 2")
+        leader_parts = {tp.partition for tp in leader.assignment()}
+        described = standalone.describe(group)
+        leader_id = {m.group_instance_id: m.member_id for m in described.members}["kp-leader"]
+        assert leader_id.startswith("kp-leader-")
+        follower_before, generations = list(follower_events.events), standalone.generations(group)
+
+        leader.close()  # a static member: no LeaveGroup
+        consumers.remove(leader)
+        restarted_events = Recorder()
+        restarted = consumer("kp-leader", restarted_events)
+        consumers.append(restarted)
+        poll_until(consumers, lambda: restarted.assignment(), "the restarted leader's assignment")
+        assert {tp.partition for tp in restarted.assignment()} == leader_parts
+        for _ in range(10):  # let heartbeats and polls run: a rebalance would reach the follower now
+            for c in consumers:
+                c.poll(timeout_ms=100)
+        assert follower_events.events == follower_before
+        assert standalone.generations(group) == generations
+        assert {tp.partition for tp in follower.assignment()} == {0, 1, 2, 3} - leader_parts
+        now = {m.group_instance_id: m.member_id for m in standalone.describe(group).members}
+        assert now["kp-leader"] != leader_id and now["kp-leader"].startswith("kp-leader-")
+    finally:
+        for c in consumers:
+            c.close()
