@@ -79,7 +79,10 @@ def consumer_config(options: dict) -> dict:
         raise SourceError("option bootstrap.servers is required")
     conf = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
     conf.update({"bootstrap.servers": bootstrap, "group.id": options.get("groupIdPrefix", "logbus-spark"),
-                 "enable.auto.commit": False, "enable.partition.eof": True})
+                 "enable.auto.commit": False, "enable.partition.eof": True,
+                 # committed records only, up to the last stable offset (what planning asks for): records of
+                 # aborted transactions are never loaded; markers take offsets but are not records
+                 "isolation.level": "read_committed"})
     return conf
 
 
@@ -251,7 +254,8 @@ def read_range(conf: dict, topic: str, partition: int, start: int, until: int, h
                     if err.code() == KafkaError._PARTITION_EOF:
                         if m.offset() < until:
                             raise RuntimeError(f"{topic}[{partition}]: log ends at {m.offset()} before {until}")
-                        continue
+                        position = until  # the offsets left were transaction markers or aborted records
+                        break
                     raise RuntimeError(f"{topic}[{partition}]: {err}")
                 off = m.offset()
                 if off < position:

@@ -459,22 +459,29 @@ def mirror_process(workdir: Path, source: str, target: str, whitelist: str, *ext
         str(workdir / "producer.properties"), "--whitelist", whitelist, "--source-name", "live", *extra])
 
 
-def read_topic(bootstrap: str, topic: str) -> list:
-    """Every record of ``topic`` (all partitions, up to the high watermarks at the time) with confluent-kafka."""
+def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list:
+    """Every record of ``topic`` (all partitions, to the end of each at the time) with confluent-kafka, which
+    reads committed records only (librdkafka's default read_committed): transaction markers and aborted records
+    take offsets without being records, so the end is the partition-EOF event, not a count."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-read-topic", "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-read-topic", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
     out = []
     try:
-        for part in consumer.list_topics(timeout=10).topics[topic].partitions:
-            end = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1]
-            consumer.assign([TopicPartition(topic, part, 0)])
-            got = 0
-            while got < end:
-                for m in consumer.consume(1000, timeout=5):
-                    assert not m.error(), m.error()
-                    out.append(m)
-                    got += 1
+        parts = list(consumer.list_topics(timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, part, 0) for part in parts])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_end) < len(parts):
+            assert time.monotonic() < deadline, f"{topic}: not at the end of every partition in {timeout}s"
+            for m in consumer.consume(1000, timeout=1):
+                if m.error():
+                    assert m.error().code() == -191, m.error()  # _PARTITION_EOF
+                    at_end.add(m.partition())
+                    continue
+                at_end.discard(m.partition())
+                out.append(m)
     finally:
         consumer.close()
     return out

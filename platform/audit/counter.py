@@ -46,7 +46,10 @@ class TierCounter:
                  window_ms: int = 60000, emit_interval_ms: int = 5000, audit_bootstrap: str | None = None):
         self.tier = tier
         self.bootstrap = consumer_config["bootstrap.servers"]
-        self.consumer_config = {**consumer_config, "group.id": f"logbus-audit-{tier}", "enable.auto.commit": False}
+        # read_committed (librdkafka's default, said explicitly): records of aborted transactions (an exactly-once
+        # mirror killed mid-batch) are never counted
+        self.consumer_config = {"isolation.level": "read_committed", **consumer_config,
+                                "group.id": f"logbus-audit-{tier}", "enable.auto.commit": False}
         try:
             self.whitelist = re.compile(whitelist)
         except re.error as exc:

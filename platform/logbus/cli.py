@@ -231,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     mirror.add_argument("--source-name", default="source", help="name of the source cluster (provenance header)")
     mirror.add_argument("--checkpoint-topic", default="_mirror_checkpoints")
     mirror.add_argument("--stats-file", help="write counters (records/s, lag per partition, errors) as JSON here")
+    mirror.add_argument("--exactly-once", action="store_true",
+                        help="copy in transactions with the consumed offsets (read_committed readers see no "
+                             "duplicates, even across a kill -9 of the mirror)")
+    mirror.add_argument("--instance-id", default="0",
+                        help="with --exactly-once: part of the transactional ids; a restart with the same id fences "
+                             "the previous process (default 0; give each concurrent mirror process its own)")
     mirror.set_defaults(func=_mirror)
 
     translate = verbs.add_parser("mirror-translate", help="translate a group's source offsets to the target")

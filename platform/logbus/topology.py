@@ -219,7 +219,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "mirror", n.host(dc, "mirror"), [
                 "mirror", "--consumer.config", f"{n.config_dir(name)}/consumer.properties",
                 "--producer.config", f"{n.config_dir(name)}/producer.properties", "--whitelist", ".*",
-                "--source-name", source, "--stats-file", f"{n.data_dir(name)}/stats.json"],
+                "--source-name", source, "--stats-file", f"{n.data_dir(name)}/stats.json",
+                *(["--exactly-once"] if spec.get("mirror_exactly_once") else [])],
                 # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
                 files={"consumer.properties": _props({"bootstrap.servers": remote[source],
                                                       "group.id": f"mirror-{dc}", "session.timeout.ms": 10000}),

@@ -55,6 +55,8 @@ class Counters:
     restarts: int = 0
     commit_failures: int = 0
     batches: int = 0
+    transactions: int = 0
+    aborted_transactions: int = 0
     started: float = field(default_factory=time.monotonic)
     lag: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -65,14 +67,17 @@ class Counters:
             return {"records": self.records, "records_per_s": round(self.records / elapsed, 1),
                     "skipped_loops": self.skipped_loops, "errors": self.errors, "restarts": self.restarts,
                     "commit_failures": self.commit_failures, "batches": self.batches,
+                    "transactions": self.transactions, "aborted_transactions": self.aborted_transactions,
                     "lag": dict(self.lag), "total_lag": sum(self.lag.values())}
 
 
 class Mirror:
     def __init__(self, consumer_config: dict, producer_config: dict, whitelist: str, blacklist: str | None = None,
                  num_streams: int = 1, source_name: str = "source", checkpoint_topic: str = "_mirror_checkpoints",
-                 checkpoint_interval_s: float = 5.0, batch_size: int = 2000):
-        """Raises ValueError (a bad pattern) or KafkaException (a bad client setting): fatal configuration errors."""
+                 checkpoint_interval_s: float = 5.0, batch_size: int = 2000, exactly_once: bool = False,
+                 instance_id: str = "0"):
+        """Raises ValueError (a bad pattern) or KafkaException (a bad client setting): fatal configuration errors.
+        ``exactly_once``: copy in transactions with the consumed offsets (:mod:`mirror.exactly_once`)."""
         self.consumer_config = {"group.id": f"logbus-mirror-{source_name}", "auto.offset.reset": "earliest",
                                 "topic.metadata.refresh.interval.ms": 5000, **consumer_config,
                                 "enable.auto.commit": False}
@@ -85,6 +90,8 @@ class Mirror:
             raise ValueError(f"bad topic pattern: {exc}") from None
         self.num_streams = num_streams
         self.source_name = source_name
+        self.exactly_once = exactly_once
+        self.instance_id = instance_id
         self.batch_size = batch_size
         self.counters = Counters()
         self.stop_event = threading.Event()
@@ -184,6 +191,11 @@ class Mirror:
         while not self.stop_event.is_set():
             consumer = producer = None
             try:
+                if self.exactly_once:
+                    from mirror.exactly_once import run_stream
+
+                    run_stream(self, index, backoff)
+                    continue
                 producer = self.new_producer()
                 consumer = self.new_consumer()
                 consumer.subscribe([f"^({self.whitelist.pattern})$"])
@@ -197,7 +209,7 @@ class Mirror:
                     elif uncommitted and time.monotonic() >= retry_commit_at:
                         retry_commit_at = time.monotonic() + 1.0
                         self._commit(consumer, uncommitted)
-                    self._update_lag(consumer)
+                    self.update_lag(consumer)
             except Exception as exc:
                 delay = backoff.next()
                 log.warning("mirror stream %d failed (%s: %s); restarting it in %.1f s from the committed offsets",
@@ -229,27 +241,18 @@ class Mirror:
                 if m.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("source: %s", m.error())
                 continue
-            topic, partition, offset = m.topic(), m.partition(), m.offset()
-            positions[(topic, partition)] = offset + 1
-            if not self.wanted(topic):
+            positions[(m.topic(), m.partition())] = m.offset() + 1
+            if not self.wanted(m.topic()):
                 continue
-            headers = m.headers() or []
-            if any(name == SOURCE_HEADER for name, _ in headers):
+            copy = self.prepare(consumer, m)
+            if copy is None:
                 skipped += 1  # already a mirrored record: never mirror it again
                 continue
-            source_partitions = self._source_partitions(consumer, topic)
-            target_partitions = self.ensure_target(topic, source_partitions)
-            kwargs = {"partition": partition} if target_partitions == source_partitions else {}
-            ts_type, ts = m.timestamp()
-            headers = list(headers) + [(SOURCE_HEADER, self.source_name.encode()),
-                                       (PARTITION_HEADER, str(partition).encode()),
-                                       (OFFSET_HEADER, str(offset).encode())]
+            topic, value, key, headers, timestamp, kwargs, src = copy
             while True:
                 try:
-                    producer.produce(topic, m.value(), m.key(), headers=headers,
-                                     timestamp=ts if ts_type != 0 else 0,
-                                     on_delivery=lambda err, msg, s=(topic, partition, offset):
-                                     delivered(err, msg, s), **kwargs)
+                    producer.produce(topic, value, key, headers=headers, timestamp=timestamp,
+                                     on_delivery=lambda err, msg, s=src: delivered(err, msg, s), **kwargs)
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -270,6 +273,22 @@ class Mirror:
             self.counters.skipped_loops += skipped
             self.counters.batches += 1
         return committed
+
+    def prepare(self, consumer: Consumer, m):
+        """(topic, value, key, headers, timestamp, partition kwargs, (topic, partition, offset)) of the copy of a
+        wanted source record, or None for a record that is already a mirrored copy (no loops)."""
+        topic, partition, offset = m.topic(), m.partition(), m.offset()
+        headers = m.headers() or []
+        if any(name == SOURCE_HEADER for name, _ in headers):
+            return None
+        source_partitions = self._source_partitions(consumer, topic)
+        target_partitions = self.ensure_target(topic, source_partitions)
+        kwargs = {"partition": partition} if target_partitions == source_partitions else {}
+        ts_type, ts = m.timestamp()
+        headers = list(headers) + [(SOURCE_HEADER, self.source_name.encode()),
+                                   (PARTITION_HEADER, str(partition).encode()),
+                                   (OFFSET_HEADER, str(offset).encode())]
+        return topic, m.value(), m.key(), headers, ts if ts_type != 0 else 0, kwargs, (topic, partition, offset)
 
     def _commit(self, consumer: Consumer, uncommitted: dict) -> bool:
         """Commit the copied positions still owned; a refused commit keeps them for the next try."""
@@ -297,7 +316,7 @@ class Mirror:
             self._source_partition_cache[topic] = count
         return count
 
-    def _update_lag(self, consumer: Consumer) -> None:
+    def update_lag(self, consumer: Consumer) -> None:
         try:
             assigned = consumer.assignment()
             if not assigned:

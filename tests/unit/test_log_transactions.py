@@ -138,3 +138,39 @@ def test_retention_drops_index_entries_below_the_log_start(tmp_path):
     plog.apply_retention(now_ms=0, schedule_delete=lambda delay, fn: fn())
     left = plog.aborted_transactions(0, 10**9)
     assert len(left) < before and all(t.last_offset >= plog.log_start_offset for t in left)
+
+
+def test_cleaner_keeps_markers_and_transactional_batches(tmp_path):
+    from broker.log.cleaner import build_offset_map, clean_segment
+
+    plog = make(tmp_path, segment_bytes=10**6)
+
+    def keyed(key, value, pid=-1, epoch=-1, seq=-1, transactional=False):
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
+                                            producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                            batch_size=1 << 20)
+        builder.append(0, timestamp=1_700_000_000_000, key=key, value=value, headers=[])
+        data = bytes(builder.build())
+        return plog.append(data, records.validate(data, 1 << 20))
+
+    keyed(b"k", b"plain-1")                                        # 0: superseded by 5
+    keyed(b"k", b"txn-committed", pid=1, epoch=0, seq=0, transactional=True)  # 1
+    plog.append_marker(1, 0, 0, commit=True, timestamp_ms=1)       # 2
+    keyed(b"k", b"txn-aborted", pid=2, epoch=0, seq=0, transactional=True)    # 3
+    plog.append_marker(2, 0, 0, commit=False, timestamp_ms=1)      # 4
+    keyed(b"k", b"plain-2")                                        # 5
+    plog.append_marker(1, 0, 0, commit=True, timestamp_ms=1)       # 6: a second commit marker, same key bytes
+    segment = plog.active
+    latest = build_offset_map([(segment.path, segment.size)])
+    assert list(latest.values()) == [5]  # markers and transactional records stay out of the map
+    kept, dropped = clean_segment(segment.path, segment.size, latest, drop_tombstones_before_ms=0)
+    assert (kept, dropped) == (1, 1)  # of the plain records plain-1 goes; the others are copied untouched
+    from kafka.record.default_records import DefaultRecordBatch
+    with open(segment.path + ".cleaned", "rb") as f:
+        data = f.read()
+    offsets, pos = [], 0
+    while pos < len(data):
+        header = records.read_header(data, pos)
+        offsets.append((header.base_offset, DefaultRecordBatch(data[pos:pos + header.size]).is_control_batch))
+        pos += header.size
+    assert offsets == [(1, False), (2, True), (3, False), (4, True), (5, False), (6, True)]

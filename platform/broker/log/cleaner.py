@@ -74,10 +74,19 @@ def _records(path: str, batch, cap: int):
         return None
 
 
+def _transactional(batch) -> bool:
+    """Transactional and control batches (markers) are copied untouched and never enter the offset map: a
+    marker's key is its type (every commit marker has the same one), and a record of an aborted transaction must
+    not supersede a committed value."""
+    return bool(records.read_header(batch).attributes & 0x30)
+
+
 def build_offset_map(paths: list[tuple[str, int]], cap: int = STORED_BATCH_CAP) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for path, size in paths:
         for batch in _batches(path, size):
+            if _transactional(batch):
+                continue
             parsed = _records(path, batch, cap)
             for offset, key, _tombstone, _raw in parsed[1] if parsed else ():
                 if key is not None:
@@ -107,7 +116,7 @@ def _write_cleaned(path: str, size: int, latest: dict[bytes, int], drop_tombston
     kept = dropped = 0
     with open(path + ".cleaned", "wb") as out:
         for batch in _batches(path, size):
-            parsed = _records(path, batch, cap)
+            parsed = None if _transactional(batch) else _records(path, batch, cap)
             if parsed is None:
                 out.write(batch)
                 continue
@@ -152,7 +161,7 @@ class LogCleaner:
         """(dirty ratio, cleanable segments, first dirty offset)."""
         key = (plog.topic, plog.partition)
         first_dirty = max(self.first_dirty.get(key, plog.log_start_offset), plog.log_start_offset)
-        end = min(plog.active.base_offset, plog.high_watermark)
+        end = min(plog.active.base_offset, plog.high_watermark, plog.last_stable_offset)
         segments = [s for i, s in enumerate(plog.segments[:-1]) if plog.segments[i + 1].base_offset <= end]
         dirty = sum(s.size for s in segments if s.base_offset >= first_dirty)
         total = sum(s.size for s in segments)
