@@ -47,6 +47,16 @@ def _bool(raw: str) -> bool:
     return lowered == "true"
 
 
+def _choice(*allowed: str):
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value
+
+    return parse
+
+
 def _str(raw: str) -> str:
     return raw.strip()
 
@@ -102,6 +112,10 @@ KEYS: dict[str, Key] = {
         Key("log.segment.bytes", _int(14), 1024**3, "Roll the active segment at this size."),
         Key("log.roll.ms", _int(1), None, "Roll the active segment after this age (ms)."),
         Key("log.roll.hours", _int(1), 168, "Roll the active segment after this age (hours)."),
+        Key("log.roll.jitter.ms", _int(0), None, "Largest random amount taken off the roll age of a segment (ms)."),
+        Key("log.roll.jitter.hours", _int(0), 0, "The same in hours."),
+        Key("log.segment.delete.delay.ms", _int(0), 60000, "Keep a deleted segment's files this long (in-flight "
+            "reads finish)."),
         Key("log.index.interval.bytes", _int(0), 4096, "Bytes between two sparse index entries."),
         Key("log.retention.ms", _int(-1), None, "Delete segments older than this (ms); -1 keeps forever."),
         Key("log.retention.minutes", _int(-1), None, "Retention in minutes."),
@@ -143,6 +157,23 @@ KEYS: dict[str, Key] = {
         Key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, "Dirty ratio above which a log gets cleaned."),
         Key("log.cleaner.delete.retention.ms", _int(0), 86400000, "How long tombstones are kept."),
         Key("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
+        Key("log.cleaner.min.compaction.lag.ms", _int(0), 0, "A record stays uncompacted at least this long."),
+        Key("log.cleaner.max.compaction.lag.ms", _int(1), LONG_MAX, "A record stays uncompacted at most this long "
+            "(roughly: the cleaner's backoff and the active segment's roll come on top)."),
+        # topic defaults of the produce path (Kafka's names)
+        Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
+            "Codec batches are stored with (producer: as sent; else recompressed at the leader)."),
+        Key("compression.gzip.level", _int(-1), -1, "gzip level of recompressed batches (1-9, -1: zlib's default)."),
+        Key("compression.lz4.level", _int(1), 9, "lz4 level of recompressed batches (1-17)."),
+        Key("compression.zstd.level", _int(-131072), 3, "zstd level of recompressed batches (up to 22)."),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
+            "Record timestamps: the producer's (CreateTime) or the leader's append time (LogAppendTime)."),
+        Key("log.message.timestamp.difference.max.ms", _int(0), LONG_MAX, "Deprecated (KIP-937): the default of "
+            "the two below."),
+        Key("log.message.timestamp.before.max.ms", _int(0), LONG_MAX, "A CreateTime record older than the broker's "
+            "time by more than this is refused (INVALID_TIMESTAMP)."),
+        Key("log.message.timestamp.after.max.ms", _int(0), LONG_MAX, "A CreateTime record ahead of the broker's "
+            "time by more than this is refused (INVALID_TIMESTAMP)."),
         # transactions (Kafka's names and defaults)
         Key("transaction.state.log.num.partitions", _int(1), 50, "Partitions of __transaction_state."),
         Key("transaction.state.log.replication.factor", _int(1), 3, "Replication factor of __transaction_state "
@@ -245,6 +276,12 @@ class BrokerConfig:
         if self["log.roll.ms"] is not None:
             return self["log.roll.ms"]
         return self["log.roll.hours"] * 3_600_000
+
+    @property
+    def roll_jitter_ms(self) -> int:
+        if self["log.roll.jitter.ms"] is not None:
+            return self["log.roll.jitter.ms"]
+        return self["log.roll.jitter.hours"] * 3_600_000
 
     @property
     def flush_ms(self) -> int:

@@ -21,8 +21,8 @@ from broker.log.log import LogConfig, PartitionLog
 from broker import limits
 from broker.log.manager import LogManager
 from broker.log.storage_errors import incidents, replace_file
+from broker.metadata import topic_configs
 from broker.metadata.topics import (
-    TOPIC_CONFIGS,
     TopicError,
     TopicInfo,
     TopicStore,
@@ -36,7 +36,7 @@ from broker.shutdown import EXIT_GRACE_S, STOP_STEP_TIMEOUT_S, StopSignals, Watc
 log = logging.getLogger(__name__)
 
 # Kafka's DescribeConfigs config sources.
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # as broker.metadata.topic_configs
 CHECKPOINT_INTERVAL_S = 60
 CREATE_BATCH = 64  # partitions created between two yields to the event loop
 PRODUCER_ID_BLOCK = 1000
@@ -102,35 +102,12 @@ class Broker:
 
     # ---- topic configuration ---------------------------------------------------------------------------
     def _default_topic_configs(self) -> dict[str, str]:
-        c = self.config
-        return {
-            "cleanup.policy": c["log.cleanup.policy"],
-            "retention.ms": str(c.retention_ms),
-            "retention.bytes": str(c["log.retention.bytes"]),
-            "segment.bytes": str(c["log.segment.bytes"]),
-            "segment.ms": str(c.roll_ms),
-            "segment.index.bytes": "10485760",
-            "index.interval.bytes": str(c["log.index.interval.bytes"]),
-            "flush.messages": str(c["log.flush.interval.messages"]),
-            "flush.ms": str(c.flush_ms),
-            "max.message.bytes": str(c["message.max.bytes"]),
-            "message.timestamp.type": "CreateTime",
-            "min.insync.replicas": str(c["min.insync.replicas"]),
-            "file.delete.delay.ms": "60000",
-            "min.cleanable.dirty.ratio": str(c["log.cleaner.min.cleanable.ratio"]),
-            "delete.retention.ms": str(c["log.cleaner.delete.retention.ms"]),
-        }
+        """Every topic config's value on a topic without overrides (broker keys, else Kafka's defaults)."""
+        return {name: value for name, (value, _) in topic_configs.broker_defaults(self.config).items()}
 
     def topic_config_values(self, info: TopicInfo) -> dict[str, tuple[str, int]]:
         """Effective config of a topic: name → (value, config source)."""
-        out = {}
-        defaults = self._default_topic_configs()
-        for name in TOPIC_CONFIGS:
-            if name in info.configs:
-                out[name] = (info.configs[name], DYNAMIC_TOPIC_CONFIG)
-            else:
-                out[name] = (defaults[name], STATIC_BROKER_CONFIG if TOPIC_CONFIGS[name] else DEFAULT_CONFIG)
-        return out
+        return topic_configs.effective_values(info.configs, topic_configs.broker_defaults(self.config))
 
     def broker_config_values(self) -> dict[str, tuple[str, int]]:
         out = {}
@@ -151,18 +128,7 @@ class Broker:
         info = self.topics.get(topic)
         values = {k: v for k, (v, _) in self.topic_config_values(info).items()} if info else \
             self._default_topic_configs()
-        return LogConfig(
-            segment_bytes=int(values["segment.bytes"]),
-            roll_ms=int(values["segment.ms"]),
-            index_interval_bytes=int(values["index.interval.bytes"]),
-            retention_ms=int(values["retention.ms"]),
-            retention_bytes=int(values["retention.bytes"]),
-            flush_interval_messages=int(values["flush.messages"]),
-            flush_ms=int(values["flush.ms"]),
-            max_message_bytes=int(values["max.message.bytes"]),
-            file_delete_delay_ms=int(values["file.delete.delay.ms"]),
-            cleanup_policy=values["cleanup.policy"],
-        )
+        return topic_configs.log_config(values)
 
     # ---- topics and logs -----------------------------------------------------------------------------
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
@@ -256,8 +222,9 @@ class Broker:
         log.info("deleted topic %s", name)
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
-        """Replace a topic's config overrides (IncrementalAlterConfigs computes the new set)."""
-        validate_topic_configs(configs)
+        """Replace a topic's config overrides (AlterConfigs sends the new set, IncrementalAlterConfigs computes
+        it); the partition logs take the new config at once (cluster mode: every broker, from ZooKeeper)."""
+        validate_topic_configs(configs, self._default_topic_configs())
         if validate_only:
             return
         if self.cluster is not None:

@@ -7,7 +7,8 @@ reassignment is requested, or periodically, it reconciles every partition:
 
 - a new partition gets its first live assigned replica as leader and the live replicas as ISR;
 - a partition whose leader is gone gets the first live replica of its ISR, in assignment order (no unclean
-  election unless ``unclean.leader.election.enable``); with none left it goes offline (leader -1);
+  election unless ``unclean.leader.election.enable``: the topic's config, else the broker's); with none left it
+  goes offline (leader -1);
 - dead brokers leave the ISR of partitions whose leader lives;
 - the preferred (first assigned) replica gets leadership back when it is in the ISR
   (``auto.leader.rebalance.enable``, every ``leader.imbalance.check.interval.seconds``);
@@ -125,6 +126,9 @@ class Controller:
             self._watched_topics.add(topic)
             asyncio.get_running_loop().create_task(
                 self.zk.watch_data(znodes.topic_path(topic), lambda _d, _s: self._kick()))
+            # a topic's configs may enable unclean election: Kafka's controller acts on it at once
+            asyncio.get_running_loop().create_task(
+                self.zk.watch_data(znodes.config_path(topic), lambda _d, _s: self._kick()))
         self._watched_topics &= set(children)
         self._kick()
 
@@ -162,6 +166,7 @@ class Controller:
             if data is None:
                 continue
             assignment = znodes.decode_assignment(data)
+            unclean = await self._unclean_allowed(topic)
             before = znodes.encode_assignment(assignment)
             for p, replicas in sorted(assignment.partitions.items()):
                 raw, stat = await self.zk.get_or_none(znodes.state_path(topic, p))
@@ -171,7 +176,7 @@ class Controller:
                     replicas, done = self._reassign_step(assignment, p, target, state, live)
                     if done:
                         pending_reassign.pop((topic, p))
-                new = self.decide(state, replicas, live, rebalance)
+                new = self.decide(state, replicas, live, rebalance, unclean)
                 if new is not None:
                     await self._write_state(topic, p, new, create=state is None)
             if znodes.encode_assignment(assignment) != before:
@@ -218,9 +223,18 @@ class Controller:
         assignment.removing[p] = [r for r in current if r not in target]
         return union, False
 
+    async def _unclean_allowed(self, topic: str) -> bool:
+        """The topic's ``unclean.leader.election.enable`` (``/config/topics/<topic>``), else the broker's."""
+        configs = znodes.decode_topic_config((await self.zk.get_or_none(znodes.config_path(topic)))[0])
+        value = configs.get("unclean.leader.election.enable")
+        return self.config["unclean.leader.election.enable"] if value is None else value.strip().lower() == "true"
+
     def decide(self, state: znodes.PartitionState | None, replicas: list[int], live: set[int],
-               rebalance: bool) -> znodes.PartitionState | None:
-        """The partition's next state, or None when it stays as it is."""
+               rebalance: bool, unclean: bool | None = None) -> znodes.PartitionState | None:
+        """The partition's next state, or None when it stays as it is. ``unclean``: whether a replica outside
+        the ISR may lead (None: the broker's ``unclean.leader.election.enable``)."""
+        if unclean is None:
+            unclean = self.config["unclean.leader.election.enable"]
         ce = self.epoch
         alive = [r for r in replicas if r in live]
         if state is None:
@@ -239,7 +253,7 @@ class Controller:
         if candidates:
             return state.with_(leader=candidates[0], leader_epoch=state.leader_epoch + 1, isr=isr_live,
                                controller_epoch=ce)
-        if self.config["unclean.leader.election.enable"] and alive:
+        if unclean and alive:
             log.warning("unclean leader election: broker %d, outside the ISR %s", alive[0], state.isr)
             return state.with_(leader=alive[0], leader_epoch=state.leader_epoch + 1, isr=(alive[0],),
                                controller_epoch=ce)

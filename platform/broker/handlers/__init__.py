@@ -3,6 +3,7 @@
 from broker.handlers import (  # noqa: F401  (imported for registration)
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     api_versions,
     create_partitions,
     create_topics,

@@ -1,4 +1,5 @@
-"""CreateTopics (key 19), v2–7, with per-topic configs and ``validate_only``."""
+"""CreateTopics (key 19), v2–7, with per-topic configs (every Kafka 3.x topic config, checked as Kafka does: see
+:mod:`broker.metadata.topic_configs`) and ``validate_only``."""
 
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
@@ -36,7 +37,10 @@ async def handle(broker, header, request):
                         or len({len(r) for r in assignment.values()}) != 1):
                     raise TopicError("invalid_replica_assignment",
                                      "assignment must name partitions 0..n-1, each with distinct live brokers")
-            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            nulls = [c.name for c in topic.configs if c.value is None]
+            if nulls:  # Kafka's ZooKeeper-mode admin manager, same words
+                raise TopicError("invalid_config", f"Null value not supported for topic configs: {','.join(nulls)}")
+            configs = {c.name: c.value for c in topic.configs}
             info = await broker.create_topic(topic.name, partitions, replication, configs,
                                              validate_only=request.validate_only, assignment=assignment)
         except TopicError as exc:

@@ -1,6 +1,9 @@
-"""DescribeConfigs (key 32), v1–4: effective topic configs (override or broker default) and broker configs."""
+"""DescribeConfigs (key 32), v1–4: effective topic configs (override or broker default: every topic config of
+Kafka 3.x, see :mod:`broker.metadata.topic_configs`) with their source, type and, on request, synonyms; and
+broker configs."""
 
 from broker.handlers.registry import handles
+from broker.metadata.topic_configs import TOPIC_CONFIGS, TYPE_IDS, synonyms
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 
 KEY = 32
@@ -12,9 +15,10 @@ def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
     entry_cls = nested(cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested(cls, "DescribeConfigsSynonym")
     results = []
     for resource in request.resources:
-        error, message, values = ErrorCode.none, None, {}
+        error, message, values, info = ErrorCode.none, None, {}, None
         if resource.resource_type == TOPIC:
             info = broker.topics.get(resource.resource_name)
             if info is None:
@@ -29,9 +33,13 @@ def handle(broker, header, request):
         else:
             error, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported"
         wanted = resource.configuration_keys
+        topic = resource.resource_type == TOPIC
         entries = tuple(
-            build(entry_cls, name=k, value=v, read_only=resource.resource_type == BROKER, config_source=source,
-                  is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+            build(entry_cls, name=k, value=v, read_only=not topic, config_source=source, is_sensitive=False,
+                  synonyms=tuple(build(synonym_cls, name=n, value=sv, source=ss)
+                                 for n, sv, ss in synonyms(k, info.configs, broker.config))
+                  if topic and request.include_synonyms else (),
+                  config_type=TYPE_IDS[TOPIC_CONFIGS[k].type] if topic else 0, documentation=None)
             for k, (v, source) in values.items() if wanted is None or k in wanted)
         results.append(build(result_cls, error_code=error, error_message=message,
                              resource_type=resource.resource_type, resource_name=resource.resource_name,

@@ -14,6 +14,13 @@ the others of the request, in one hop to a small worker pool. Appends run on the
 thread-safe), in request order, after the partition's leadership is checked again; a connection's requests are
 handled one at a time, so its order is kept.
 
+A topic's configs may ask for more (:class:`validation.RecordPolicy`, Kafka's LogValidator): CreateTime timestamps
+outside ``message.timestamp.before/after.max.ms`` are INVALID_TIMESTAMP, checked with the records; then
+``compression.type`` recompresses batches of another codec and ``LogAppendTime`` stamps them with the broker's
+time (:func:`validation.conform`, in the same place as the check: inline or in the worker pool), and the result
+is framed again (a recompressed batch over ``max.message.bytes`` is MESSAGE_TOO_LARGE). The response carries the
+append time (``log_append_time_ms``; -1 for CreateTime).
+
 In cluster mode only the leader accepts writes (NOT_LEADER_OR_FOLLOWER otherwise). ``acks=all`` first checks
 ``min.insync.replicas`` against the ISR (NOT_ENOUGH_REPLICAS, nothing appended), then waits in the partition's
 purgatory until the ISR has the batch (the high watermark passes it) or ``timeout_ms`` passes
@@ -27,6 +34,7 @@ reported once per log dir, not per request (:mod:`broker.log.storage_errors`).
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from broker.handlers.registry import NO_RESPONSE, RawResponse, handles
@@ -51,7 +59,7 @@ _VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-vali
 class _Partition:
     """One partition of a request on its way through admission, validation and append."""
 
-    __slots__ = ("result", "topic", "index", "data", "plog", "cap", "compacted", "outcome")
+    __slots__ = ("result", "topic", "index", "data", "plog", "cap", "compacted", "outcome", "policy", "now")
 
     def __init__(self, result: list, topic: str, index: int, data):
         self.result = result  # [index, error, base offset, log start offset, message]: the response entry
@@ -60,6 +68,8 @@ class _Partition:
         self.cap = 0  # the topic's message.max.bytes, read on the loop at admission
         self.compacted = False
         self.outcome = None  # a BatchSummary, or the InvalidBatch that rejected the data
+        self.policy = validation.KEEP  # what the topic's configs ask of the batches
+        self.now = -1  # the broker's time at validation (ms): the append time of LogAppendTime topics
 
     def fail(self, error: ErrorCode, message: str | None = None, start: int = -1) -> None:
         self.result[1:] = [error.value, -1, start, message]
@@ -88,21 +98,32 @@ def admit(broker, part: _Partition, acks: int) -> bool:
     part.plog = plog
     part.cap = plog.config.max_message_bytes
     part.compacted = broker.cleaner.compacted(part.topic)
+    part.policy = getattr(plog.config, "records", validation.KEEP)
     return True
+
+
+def _conform(part: _Partition) -> None:
+    """Rewrite checked batches as the topic asks (recompression, LogAppendTime) and frame the result again."""
+    rewritten = validation.conform(part.data, part.policy, part.now, part.cap)
+    if rewritten is not None:
+        part.data = rewritten
+        part.outcome = records.validate(rewritten, part.cap + records.LOG_OVERHEAD)
 
 
 def validate_inline(part: _Partition) -> bool:
     """Validate on the event loop within the inline budget; False if the records need a worker thread."""
+    part.now = int(time.time() * 1000)
     try:
         summary = records.validate(part.data, part.cap + records.LOG_OVERHEAD)
-        validation.check_records(part.data, part.cap, part.compacted, budget=validation.INLINE_BUDGET)
+        validation.check_records(part.data, part.cap, part.compacted, budget=validation.INLINE_BUDGET,
+                                 bounds=part.policy.bounds(part.now))
+        part.outcome = summary
+        _conform(part)
     except validation.OverBudget:
         part.outcome = summary  # framing checked; the records are still to do
         return False
     except records.InvalidBatch as exc:
         part.outcome = exc
-    else:
-        part.outcome = summary
     return True
 
 
@@ -110,7 +131,8 @@ def _check_records(parts: list[_Partition]) -> None:
     """In a worker thread: the records of partitions over the inline budget (touches nothing shared)."""
     for part in parts:
         try:
-            validation.check_records(part.data, part.cap, part.compacted)
+            validation.check_records(part.data, part.cap, part.compacted, bounds=part.policy.bounds(part.now))
+            _conform(part)
         except records.InvalidBatch as exc:
             part.outcome = exc
 
@@ -120,6 +142,8 @@ def rejection(exc: records.InvalidBatch) -> ErrorCode:
         return ErrorCode.message_too_large
     if isinstance(exc, records.InvalidRecord):
         return ErrorCode.invalid_record
+    if isinstance(exc, validation.InvalidTimestamp):
+        return ErrorCode.invalid_timestamp
     return ErrorCode.corrupt_message
 
 
@@ -165,6 +189,8 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         broker.cluster.partition(part.topic, part.index).maybe_advance_high_watermark()
     broker.notify_append(part.topic, part.index)
     part.result[1:] = [ErrorCode.none.value, base, plog.log_start_offset, None]
+    if part.policy.log_append_time:
+        part.result.append(part.now)  # log_append_time_ms
     return plog.log_end_offset
 
 
@@ -211,6 +237,7 @@ async def handle(broker, header, request):
         for (result, _, _, _), outcome in zip(waits, outcomes):
             if outcome != ErrorCode.none:
                 result[1], result[2] = outcome.value, -1
+                del result[5:]  # no log_append_time_ms
     if acks == 0:
         return NO_RESPONSE
     return RawResponse([produce_response.encode(header.api_version, header.correlation_id, topics)])

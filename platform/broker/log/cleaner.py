@@ -2,9 +2,11 @@
 
 A compacted log has a clean section (already compacted, before the cleaner checkpoint) and a dirty section
 (written since), up to the first uncleanable offset: the start of the active segment, or the high watermark if
-lower (the active segment is never cleaned, uncommitted data neither). Every ``log.cleaner.backoff.ms`` the
-cleaner takes the log with the highest dirty ratio (dirty bytes / cleanable bytes) above its
-``min.cleanable.dirty.ratio`` and:
+lower (the active segment is never cleaned, uncommitted data neither), or the first dirty segment holding a
+record younger than ``min.compaction.lag.ms`` (its max timestamp within the lag: Kafka's rule). Every
+``log.cleaner.backoff.ms`` the cleaner takes the log with the highest dirty ratio (dirty bytes / cleanable bytes)
+among those above their ``min.cleanable.dirty.ratio`` or overdue (a cleanable dirty segment whose first batch
+is older than ``max.compaction.lag.ms``: cleaned whatever its ratio) and:
 
 1. builds an offset map of the dirty section: key → latest offset (a key's 16-byte digest, so memory is bounded
    by the number of distinct keys, not their size);
@@ -45,6 +47,7 @@ from broker.protocol.record_reader import STORED_BATCH_CAP, rebuild_batch, recor
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "cleaner-offset-checkpoint"
+LONG_MAX = 2**63 - 1
 
 
 def _digest(key: bytes) -> bytes:
@@ -157,27 +160,49 @@ class LogCleaner:
     def compacted(self, topic: str) -> bool:
         return "compact" in self._setting(topic, "cleanup.policy", "log.cleanup.policy").split(",")
 
-    def cleanable(self, plog: PartitionLog) -> tuple[float, list[LogSegment], int]:
-        """(dirty ratio, cleanable segments, first dirty offset)."""
+    def cleanable(self, plog: PartitionLog, now_ms: int | None = None) -> tuple[float, list[LogSegment], int]:
+        """(dirty ratio, cleanable segments, first dirty offset) at ``now_ms`` (default: now)."""
         key = (plog.topic, plog.partition)
         first_dirty = max(self.first_dirty.get(key, plog.log_start_offset), plog.log_start_offset)
         end = min(plog.active.base_offset, plog.high_watermark, plog.last_stable_offset)
+        lag = int(self._setting(plog.topic, "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"))
+        if lag > 0:  # a dirty segment with a record younger than the lag, and all after it, wait
+            now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+            young = next((s.base_offset for s in plog.segments[:-1]
+                          if s.base_offset >= first_dirty and s.max_timestamp > now_ms - lag), None)
+            if young is not None:
+                end = min(end, young)
         segments = [s for i, s in enumerate(plog.segments[:-1]) if plog.segments[i + 1].base_offset <= end]
         dirty = sum(s.size for s in segments if s.base_offset >= first_dirty)
         total = sum(s.size for s in segments)
         return (dirty / total if total else 0.0), segments, first_dirty
 
+    def overdue(self, plog: PartitionLog, segments: list[LogSegment], first_dirty: int, now_ms: int) -> bool:
+        """True if a cleanable dirty segment's first batch is older than ``max.compaction.lag.ms`` (Kafka's
+        ``needCompactionNow``: the log is cleaned whatever its dirty ratio)."""
+        lag = int(self._setting(plog.topic, "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"))
+        if lag >= LONG_MAX:
+            return False
+        for segment in segments:
+            if segment.base_offset >= first_dirty:
+                first = next(segment.headers_from(segment.base_offset), None)
+                if first is not None and 0 <= first.max_timestamp <= now_ms - lag:
+                    return True
+        return False
+
     async def run_once(self) -> bool:
-        """Clean the dirtiest log above its threshold; True if one was cleaned."""
+        """Clean the dirtiest log above its threshold or overdue; True if one was cleaned."""
         if self.busy:
             return False
         best = None
+        now_ms = int(time.time() * 1000)
         for (topic, partition), plog in list(self.broker.logs.logs.items()):
             if not self.compacted(topic):
                 continue
-            ratio, segments, first_dirty = self.cleanable(plog)
+            ratio, segments, first_dirty = self.cleanable(plog, now_ms)
             threshold = float(self._setting(topic, "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"))
-            if segments and ratio > 0 and ratio >= threshold and (best is None or ratio > best[0]):
+            due = ratio >= threshold or self.overdue(plog, segments, first_dirty, now_ms)
+            if segments and ratio > 0 and due and (best is None or ratio > best[0]):
                 best = (ratio, plog, segments, first_dirty)
         if best is None:
             return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class NotContiguous(ValueError):
 class LogConfig:
     segment_bytes: int = 1024**3
     roll_ms: int = 7 * 24 * 3_600_000
+    segment_jitter_ms: int = 0  # segment.jitter.ms: see PartitionLog._roll_jitter
     index_interval_bytes: int = 4096
     retention_ms: int = 7 * 24 * 3_600_000
     retention_bytes: int = -1
@@ -333,10 +335,20 @@ class PartitionLog:
             return
         too_big = active.size + incoming > self.config.segment_bytes
         too_old = (active.first_append_ms is not None
-                   and time.time() * 1000 - active.first_append_ms > self.config.roll_ms)
+                   and time.time() * 1000 - active.first_append_ms > self.config.roll_ms - self._roll_jitter(active))
         too_far = last_offset - active.base_offset > INT32_MAX
         if too_big or too_old or too_far:
             self.roll()
+
+    _jitter: tuple[int, int] = (-1, 0)  # (base offset of the segment it was drawn for, jitter ms)
+
+    def _roll_jitter(self, segment: LogSegment) -> int:
+        """Kafka's rollJitterMs: a random amount in [0, min(segment.jitter.ms, segment.ms)) drawn once per segment
+        and taken off its roll age, so the segments of partitions created together do not all roll at once."""
+        if self._jitter[0] != segment.base_offset:
+            bound = min(self.config.segment_jitter_ms, self.config.roll_ms)
+            self._jitter = (segment.base_offset, random.randrange(bound) if bound > 0 else 0)
+        return self._jitter[1]
 
     def roll(self) -> LogSegment:
         """Close the active segment for appends and start a new one at the log end offset. All or nothing: if

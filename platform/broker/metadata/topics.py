@@ -14,25 +14,11 @@ import uuid
 from dataclasses import dataclass, field
 
 from broker.log.storage_errors import replace_file
+from broker.metadata.topic_configs import TOPIC_CONFIGS, InvalidConfig, validate
 
-# Topic-level config names (Kafka's), with the broker key that supplies the default.
-TOPIC_CONFIGS: dict[str, str | None] = {
-    "cleanup.policy": "log.cleanup.policy",
-    "retention.ms": None,
-    "retention.bytes": "log.retention.bytes",
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": None,
-    "segment.index.bytes": None,
-    "index.interval.bytes": "log.index.interval.bytes",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": None,
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": None,
-    "min.insync.replicas": None,
-    "file.delete.delay.ms": None,
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-}
+__all__ = ["TOPIC_CONFIGS", "TopicError", "TopicInfo", "TopicStore", "check_new_partitions", "validate_topic_configs",
+           "validate_topic_name"]
+
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -53,29 +39,13 @@ def validate_topic_name(name: str) -> None:
         raise TopicError("invalid_topic_exception", f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
 
 
-def validate_topic_configs(configs: dict[str, str]) -> None:
-    for key, value in configs.items():
-        if key not in TOPIC_CONFIGS:
-            raise TopicError("invalid_config", f"unknown topic config {key!r}")
-        if not isinstance(value, str):
-            raise TopicError("invalid_config", f"{key} needs a value")
-        if key == "cleanup.policy":
-            if not set(value.split(",")) <= {"delete", "compact"}:
-                raise TopicError("invalid_config", f"cleanup.policy must be delete and/or compact, not {value!r}")
-        elif key == "min.cleanable.dirty.ratio":
-            try:
-                if not 0.0 <= float(value) <= 1.0:
-                    raise ValueError
-            except ValueError:
-                raise TopicError("invalid_config", f"{key} must be a number between 0 and 1, not {value!r}") from None
-        elif key == "message.timestamp.type":
-            if value != "CreateTime":
-                raise TopicError("invalid_config", "only message.timestamp.type=CreateTime is supported")
-        else:
-            try:
-                int(value)
-            except ValueError:
-                raise TopicError("invalid_config", f"{key} must be an integer, not {value!r}") from None
+def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str] | None = None) -> None:
+    """INVALID_CONFIG, with Kafka's message, unless every override is a known topic config with a valid value
+    (see :mod:`broker.metadata.topic_configs`; ``defaults``: the broker's, for checks across configs)."""
+    try:
+        validate(configs, defaults)
+    except InvalidConfig as exc:
+        raise TopicError("invalid_config", str(exc)) from None
 
 
 def check_new_partitions(current: int, count: int, assignments: list[list[int]] | None, replication_factor: int,

@@ -1,4 +1,5 @@
-"""Bounded decompression of record-batch payloads: the only place the broker decompresses anything.
+"""Bounded decompression of record-batch payloads: the only place the broker decompresses anything; and
+:func:`compress`, for batches a topic's ``compression.type`` recompresses.
 
 A batch's CRC covers its compressed bytes, so a valid CRC says nothing about what they decompress to: 227 bytes of
 zstd can claim gigabytes. Every codec here therefore decodes at most ``cap`` bytes, however the payload is built,
@@ -18,6 +19,9 @@ A payload whose output exceeds ``cap`` raises :class:`DecompressedTooLarge` (a :
 MESSAGE_TOO_LARGE to a producer, Kafka's ``RecordTooLargeException``). A payload that is not valid for its codec
 (garbage, truncated, trailing bytes that are not another frame) or a codec id that does not exist (5, 6, 7)
 raises :class:`CorruptPayload` (a :class:`~records.CorruptBatch`: CORRUPT_MESSAGE). Nothing else escapes.
+
+:func:`compress` writes what Kafka's Java producer writes: a gzip stream, xerial-framed snappy in 32 KiB blocks,
+an LZ4 frame of independent 64 KiB blocks without content size or checksum, one zstd frame.
 
 The protocol layer does no I/O; callers decide which thread this runs in (it is CPU work: see the produce and
 ListOffsets handlers).
@@ -41,6 +45,8 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16  # magic, int32 version, int32 compatible version
 _CHUNK_LENGTH = struct.Struct(">i")
 _GZIP_MAGIC = b"\x1f\x8b"
+_XERIAL_BLOCK = 32 << 10
+_XERIAL_PREFIX = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _ZSTD_MIN_WINDOW = 8 << 20  # what zstd levels 1-19 ask for at most; a bigger cap allows a bigger window
 
 
@@ -141,3 +147,27 @@ def _zstd(data: bytes, cap: int) -> bytes:
 
 
 _DECODERS = {GZIP: _gzip, SNAPPY: _snappy, LZ4: _lz4, ZSTD: _zstd}
+
+
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """``data`` compressed with ``codec`` at ``level`` (None or -1: the codec's default; Kafka's
+    compression.<codec>.level ranges: gzip 1-9, lz4 1-17, zstd up to 22)."""
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        c = zlib.compressobj(-1 if level is None else level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        return c.compress(data) + c.flush()
+    if codec == SNAPPY:
+        view = memoryview(data)
+        out = bytearray(_XERIAL_PREFIX)
+        for pos in range(0, len(view), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(view[pos: pos + _XERIAL_BLOCK]))
+            out += _CHUNK_LENGTH.pack(len(block)) + block
+        return bytes(out)
+    if codec == LZ4:
+        return lz4.frame.compress(bytes(data), compression_level=min(9 if level is None else level, 16),
+                                  block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                  content_checksum=False, store_size=False)
+    if codec == ZSTD:
+        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(bytes(data))
+    raise ValueError(f"unknown compression codec {codec}")

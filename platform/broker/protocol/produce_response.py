@@ -26,7 +26,8 @@ def _string(value: str | None, flexible: bool) -> bytes:
 
 def encode(version: int, correlation_id: int,
            topics: list[tuple[str, list[tuple[int, int, int, int, str | None]]]]) -> bytes:
-    """``topics``: (name, [(partition, error code, base offset, log start offset, error message)])."""
+    """``topics``: (name, [(partition, error code, base offset, log start offset, error message[, log append
+    time])]); the log append time is -1 (CreateTime) unless given."""
     flexible = version >= 9
     out = bytearray(b"\x00\x00\x00\x00")
     out += _I32.pack(correlation_id)
@@ -36,8 +37,8 @@ def encode(version: int, correlation_id: int,
     for name, partitions in topics:
         out += _string(name, flexible)
         out += write_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
-        for index, error, base, start, message in partitions:
-            out += _PARTITION.pack(index, error, base, -1)
+        for index, error, base, start, message, *append_time in partitions:
+            out += _PARTITION.pack(index, error, base, append_time[0] if append_time else -1)
             if version >= 5:
                 out += _I64.pack(start)
             if version >= 8:

@@ -195,11 +195,17 @@ def records_of(batch, cap: int = STORED_BATCH_CAP) -> tuple[object, list[tuple[i
 def rebuild_batch(header, raw_records: list[bytes]) -> bytes:
     """A batch with the same base offset, epoch, last offset delta, timestamps and producer fields as
     ``header`` but only ``raw_records`` (their offset deltas unchanged), uncompressed, CRC recomputed."""
-    body = b"".join(raw_records)
-    attributes = header.attributes & ~0x07
+    return encode_batch(header, b"".join(raw_records), header.attributes & ~0x07, header.max_timestamp,
+                        len(raw_records))
+
+
+def encode_batch(header, payload, attributes: int, max_timestamp: int, record_count: int | None = None) -> bytes:
+    """A batch with ``header``'s base offset, epoch, last offset delta, base timestamp and producer fields, and
+    the given ``attributes`` (codec bits included), max timestamp and records section ``payload`` (compressed
+    as the attributes say); CRC-32C recomputed."""
     after_crc = struct.pack(">hiqqqhii", attributes, header.last_offset_delta, header.base_timestamp,
-                            header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
-                            len(raw_records)) + body
+                            max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+                            header.record_count if record_count is None else record_count) + bytes(payload)
     length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, then the rest
     return struct.pack(">qiibI", header.base_offset, length, header.leader_epoch, 2,
                        crc32c.crc32c(after_crc)) + after_crc

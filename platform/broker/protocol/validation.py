@@ -28,21 +28,67 @@ Given a ``budget`` (bytes of records), :func:`check_records` stops with :class:`
 the record set holds more than that, decompressed, before doing that work: the produce handler checks small
 record sets on the event loop with a budget (a thread hand-off costs more than they do) and hands the others
 to a worker thread without one. This module does no I/O.
+
+What a topic's configs ask of the batches (:class:`RecordPolicy`, Kafka's ``LogValidator`` inputs):
+
+- ``message.timestamp.type=CreateTime`` with ``message.timestamp.before.max.ms`` / ``after.max.ms`` (or the
+  deprecated ``difference.max.ms``): a record whose timestamp is outside ``[now - before, now + after]`` is
+  INVALID_TIMESTAMP (32), checked during the record walk ("Timestamp t of message with offset o is out of
+  range. The timestamp should be within [lo, hi]"); records without a timestamp (-1) pass;
+- :func:`conform` then rewrites the batches the topic wants otherwise: ``compression.type`` other than
+  ``producer`` recompresses a batch whose codec differs (same records, offsets, producer fields; CRC recomputed),
+  ``LogAppendTime`` sets the timestamp-type bit (0x08) and the batch's max timestamp to the broker's time (what
+  every record then reads as). Kafka checks the rebuilt batch's size again: the caller re-frames the result.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from broker.protocol import compression, records
-from broker.protocol.record_reader import MIN_RECORD_SIZE, iter_records
+from broker.protocol.record_reader import MIN_RECORD_SIZE, encode_batch, iter_records
 from broker.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchSummary, InvalidRecord
 
 CONTROL_FLAG = 0x20
+LOG_APPEND_TIME_FLAG = 0x08  # the batch's timestamp type: its max timestamp is every record's timestamp
+LONG_MAX = 2**63 - 1
+NO_TIMESTAMP = -1
 # Records checked on the event loop at most: ~4,700 of the smallest kind, a few ms; a batch of 50 x 200 B fits.
 INLINE_BUDGET = 32 << 10
 # From byte 8 of a batch: length, then attributes (byte 21), lastOffsetDelta (23) and recordCount (57).
 _FIELDS = struct.Struct(">i9xhi30xi")
+_BASE = struct.Struct(">q")  # base offset (0); base timestamp at 27
+
+
+@dataclass(frozen=True)
+class RecordPolicy:
+    """What a topic's configs ask of incoming batches: ``codec`` None keeps the producer's (compression.type
+    ``producer``), ``level`` is the codec's compression.<codec>.level, ``log_append_time`` stamps batches with
+    the broker's time, ``before_max_ms`` / ``after_max_ms`` bound CreateTime timestamps."""
+
+    codec: int | None = None
+    level: int | None = None
+    log_append_time: bool = False
+    before_max_ms: int = LONG_MAX
+    after_max_ms: int = LONG_MAX
+
+    def bounds(self, now_ms: int) -> tuple[int, int] | None:
+        """The CreateTime timestamps allowed at ``now_ms``, or None when nothing is checked."""
+        if self.log_append_time or (self.before_max_ms == LONG_MAX and self.after_max_ms == LONG_MAX):
+            return None
+        return now_ms - self.before_max_ms, now_ms + self.after_max_ms
+
+    @property
+    def rewrites(self) -> bool:
+        return self.codec is not None or self.log_append_time
+
+
+KEEP = RecordPolicy()
+
+
+class InvalidTimestamp(records.InvalidBatch):
+    """A CreateTime record outside the topic's timestamp bounds (INVALID_TIMESTAMP)."""
 
 
 class OverBudget(Exception):
@@ -61,20 +107,23 @@ def validate(buf, max_message_bytes: int, compacted: bool = False) -> BatchSumma
     return summary
 
 
-def check_records(buf, max_message_bytes: int, compacted: bool = False, budget: int | None = None) -> None:
+def check_records(buf, max_message_bytes: int, compacted: bool = False, budget: int | None = None,
+                  bounds: tuple[int, int] | None = None) -> None:
     """The record-level rules for every batch of ``buf``, whose framing :func:`records.validate` has checked.
-    With a ``budget``, raises OverBudget rather than decompress or walk more than that many bytes of records."""
+    With a ``budget``, raises OverBudget rather than decompress or walk more than that many bytes of records.
+    ``bounds``: the timestamps allowed (:meth:`RecordPolicy.bounds`), else InvalidTimestamp."""
     view = memoryview(buf)
     pos = 0
     while pos < len(view):
         size = _FIELDS.unpack_from(view, pos + 8)[0] + LOG_OVERHEAD
-        used = check_batch(view[pos: pos + size], max_message_bytes, compacted, budget)
+        used = check_batch(view[pos: pos + size], max_message_bytes, compacted, budget, bounds)
         if budget is not None:
             budget -= used
         pos += size
 
 
-def check_batch(batch, cap: int, compacted: bool, budget: int | None = None) -> int:
+def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
+                bounds: tuple[int, int] | None = None) -> int:
     """The record-level rules for one whole batch; returns the bytes of records it holds, decompressed."""
     _, attributes, last_offset_delta, count = _FIELDS.unpack_from(batch, 8)
     if count <= 0:
@@ -104,10 +153,51 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None) -> 
     if smallest > len(body):
         raise InvalidRecord(f"{count} records cannot fit in {len(body)} decompressed bytes")
     expected = 0
-    for _start, _end, _ts, offset_delta, _key_start, key_length, _value_length in iter_records(body, count):
+    for _start, _end, ts_delta, offset_delta, _key_start, key_length, _value_length in iter_records(body, count):
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
         if compacted and key_length < 0:
             raise InvalidRecord("compacted topic: every record needs a key")
+        if bounds is not None:
+            _check_timestamp(batch, ts_delta, offset_delta, bounds)
         expected += 1
     return len(body)
+
+
+def _check_timestamp(batch, ts_delta: int, offset_delta: int, bounds: tuple[int, int]) -> None:
+    timestamp = _BASE.unpack_from(batch, 27)[0] + ts_delta
+    low, high = bounds
+    if timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
+        offset = _BASE.unpack_from(batch, 0)[0] + offset_delta
+        raise InvalidTimestamp(f"Timestamp {timestamp} of message with offset {offset} is out of range. The "
+                               f"timestamp should be within [{low}, {high}]")
+
+
+def conform(buf, policy: RecordPolicy, now_ms: int, cap: int) -> bytes | None:
+    """Whole, checked batches rewritten as the topic's ``policy`` asks (recompressed to its codec, stamped with
+    ``now_ms`` for LogAppendTime), or None when every batch stays as sent. CPU work: decompression capped at
+    ``cap`` (the batches were checked under it), then compression."""
+    if not policy.rewrites:
+        return None
+    view = memoryview(buf)
+    out = []
+    changed = False
+    pos = 0
+    while pos < len(view):
+        header = records.read_header(view, pos)
+        batch = view[pos: pos + header.size]
+        pos += header.size
+        attributes, max_timestamp = header.attributes, header.max_timestamp
+        if policy.log_append_time:
+            attributes, max_timestamp = attributes | LOG_APPEND_TIME_FLAG, now_ms
+        payload = batch[HEADER_SIZE:]
+        if policy.codec is not None and policy.codec != header.compression:
+            body = compression.decompress(header.compression, payload, cap)
+            payload = compression.compress(policy.codec, body, policy.level)
+            attributes = (attributes & ~0x07) | policy.codec
+        elif (attributes, max_timestamp) == (header.attributes, header.max_timestamp):
+            out.append(batch)
+            continue
+        out.append(encode_batch(header, payload, attributes, max_timestamp))
+        changed = True
+    return b"".join(out) if changed else None
