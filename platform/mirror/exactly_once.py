@@ -49,6 +49,7 @@ class ExactlyOnceStream:
         self.offsets = Consumer({"bootstrap.servers": target, "group.id": mirror.consumer_config["group.id"],
                                  "enable.auto.commit": False, "isolation.level": "read_committed"})
         self.consumer = None
+        self.next_offsets: dict[tuple[str, int], int] = {}  # for the lag while librdkafka's position is unknown
 
     def close(self) -> None:
         for client, closer in ((self.consumer, "close"), (self.offsets, "close")):
@@ -72,6 +73,7 @@ class ExactlyOnceStream:
             start.append(TopicPartition(t.topic, t.partition, offset))
         log.info("mirror stream %d assigned %s", self.index, ", ".join(f"{tp.topic}-{tp.partition}@{tp.offset}"
                                                                        for tp in start))
+        self.next_offsets.update({(tp.topic, tp.partition): tp.offset for tp in start if tp.offset >= 0})
         consumer.assign(start)
 
     def run(self) -> None:
@@ -84,7 +86,7 @@ class ExactlyOnceStream:
             if msgs:
                 self.copy(msgs)
                 self.backoff.reset()
-            m.update_lag(self.consumer)
+            m.update_lag(self.consumer, self.next_offsets)
 
     def copy(self, msgs: list) -> None:
         m = self.mirror
@@ -130,6 +132,7 @@ class ExactlyOnceStream:
                 [TopicPartition(t, p, o) for (t, p), o in positions.items()],
                 self.offsets.consumer_group_metadata(), API_TIMEOUT_S)
             self.producer.commit_transaction(API_TIMEOUT_S)
+            self.next_offsets.update(positions)
         except KafkaException as exc:
             error = exc.args[0]
             with m.counters.lock:

@@ -316,14 +316,17 @@ class Mirror:
             self._source_partition_cache[topic] = count
         return count
 
-    def update_lag(self, consumer: Consumer) -> None:
+    def update_lag(self, consumer: Consumer, known: dict[tuple[str, int], int] | None = None) -> None:
+        """Lag per assigned partition; ``known``: next offsets the caller knows for partitions the consumer has
+        not fetched from yet since their assignment (librdkafka's position is invalid until then)."""
         try:
             assigned = consumer.assignment()
             if not assigned:
                 return
             for tp in consumer.position(assigned):
                 low, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
-                lag = max(high - tp.offset, 0) if tp.offset >= 0 else high - low
+                offset = tp.offset if tp.offset >= 0 else (known or {}).get((tp.topic, tp.partition), -1)
+                lag = max(high - offset, 0) if offset >= 0 else high - low
                 with self.counters.lock:
                     self.counters.lag[f"{tp.topic}-{tp.partition}"] = lag
         except KafkaException:
