@@ -188,6 +188,7 @@ class PartitionLog:
         if not self.replicated:
             self.high_watermark = next_offset
         self.producers.apply_marker(producer_id, producer_epoch, coordinator_epoch, offset)
+        self.producers.first_unstable_offset(self.high_watermark)  # forgets what the high watermark passed
         return offset
 
     def _track_marker(self, header: records.BatchHeader, batch) -> None:
@@ -204,6 +205,7 @@ class PartitionLog:
                                           min(first, self.high_watermark)))
         self.producers.apply_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
                                     header.base_offset)
+        self.producers.first_unstable_offset(self.high_watermark)  # a follower's list stays short too
 
     def append_as_follower(self, data) -> int:
         """Append batches copied from the leader as they are (offsets and leader epochs kept). ``data`` holds
