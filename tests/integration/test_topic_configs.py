@@ -38,7 +38,8 @@ LOG_APPEND_TIME_FLAG = 0x08
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("standalone"), log_retention_hours=2).start()
+    proc = BrokerProcess(tmp_path_factory.mktemp("standalone"), log_retention_hours=2,
+                         log_cleaner_backoff_ms=200).start()
     yield proc
     proc.stop()
 
@@ -103,6 +104,21 @@ def consume(bootstrap: str, topic: str, count: int) -> list:
         for msg in consumer.consume(100, timeout=0.5):
             assert not msg.error(), msg.error()
             out.append((msg.offset(), msg.value(), msg.timestamp()))
+    consumer.close()
+    return out
+
+
+def read_all(bootstrap: str, topic: str) -> list[int]:
+    """Offsets of every record of partition 0 up to its high watermark."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[int] = []
+    deadline = time.monotonic() + 20
+    while (not out or out[-1] < end - 1) and time.monotonic() < deadline:
+        for msg in consumer.consume(100, timeout=0.5):
+            assert not msg.error(), msg.error()
+            out.append(msg.offset())
     consumer.close()
     return out
 
@@ -266,6 +282,25 @@ def test_timestamp_bounds_refuse_records_outside_them(standalone):
                                             "message.timestamp.difference.max.ms": "60000"})
     (err, _, _), = produce(standalone.bootstrap, appended, [b"x"], timestamp=now - 3_600_000)
     assert err is None
+
+
+def test_min_compaction_lag_keeps_young_records_uncompacted(standalone):
+    now = int(time.time() * 1000)
+    settings = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.compaction.lag.ms": "600000"}
+    young, old = name("young"), name("old")
+    for topic, ts in ((young, now), (old, now - 3_600_000)):
+        create(standalone.bootstrap, topic, settings)
+        for round_ in range(5):  # a flush per round: batches in several segments
+            producer = Producer({"bootstrap.servers": standalone.bootstrap})
+            for i in range(10):
+                producer.produce(topic, f"{round_}:{i}".encode() * 10, key=f"k{i}".encode(), timestamp=ts)
+            assert producer.flush(30) == 0
+    wait_until(lambda: len(read_all(standalone.bootstrap, old)) < 50, 20, interval=0.5,
+               what="the records older than the lag compacted")
+    assert len(read_all(standalone.bootstrap, young)) == 50  # the same cleaner left the young ones alone
+    alter(standalone.bootstrap, young, {**settings, "min.compaction.lag.ms": "0"})
+    wait_until(lambda: len(read_all(standalone.bootstrap, young)) < 50, 20, interval=0.5,
+               what="compaction once the lag is gone")
 
 
 # ---- cluster ---------------------------------------------------------------------------------------------------

@@ -314,3 +314,18 @@ async def _controller_reads_config():
     assert await c._unclean_allowed("t") is True
     c.zk = Zk(None)
     assert await c._unclean_allowed("t") is False
+
+
+def test_incremental_append_works_on_every_list_config_only():
+    from types import SimpleNamespace
+
+    from broker.handlers.incremental_alter_configs import APPEND, SUBTRACT, apply
+
+    def op(kind, name, value):
+        return SimpleNamespace(config_operation=kind, name=name, value=value)
+
+    out = apply({"leader.replication.throttled.replicas": "0:1"},
+                [op(APPEND, "leader.replication.throttled.replicas", "1:2"), op(SUBTRACT, "cleanup.policy", "delete")])
+    assert out == {"leader.replication.throttled.replicas": "0:1,1:2", "cleanup.policy": ""}
+    with pytest.raises(TopicError, match="Config value append is not allowed for config key: retention.ms"):
+        apply({}, [op(APPEND, "retention.ms", "1")])

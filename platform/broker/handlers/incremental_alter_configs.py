@@ -3,13 +3,14 @@
 not supported (INVALID_REQUEST)."""
 
 from broker.handlers.registry import handles
+from broker.metadata.topic_configs import TOPIC_CONFIGS
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 
 KEY = 44
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-LIST_CONFIGS = {"cleanup.policy"}
+LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.type == "LIST"}
 
 
 def apply(current: dict[str, str], changes) -> dict[str, str]:
@@ -20,8 +21,9 @@ def apply(current: dict[str, str], changes) -> dict[str, str]:
         elif c.config_operation == DELETE:
             out.pop(c.name, None)
         elif c.config_operation in (APPEND, SUBTRACT):
-            if c.name not in LIST_CONFIGS:
-                raise TopicError("invalid_config", f"{c.name} is not a list; APPEND/SUBTRACT do not apply")
+            if c.name not in LIST_CONFIGS:  # Kafka's words (for SUBTRACT too)
+                verb = "append" if c.config_operation == APPEND else "subtract"
+                raise TopicError("invalid_config", f"Config value {verb} is not allowed for config key: {c.name}")
             items = [i for i in out.get(c.name, "").split(",") if i]
             for item in (c.value or "").split(","):
                 if c.config_operation == APPEND and item and item not in items:
