@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 from broker.log.log import LogConfig
@@ -229,8 +230,10 @@ def validate(configs: dict[str, str], defaults: dict[str, str] | None = None) ->
                             f"max.compaction.lag.ms ({max_lag})")
 
 
+@lru_cache(maxsize=16)
 def broker_defaults(config) -> dict[str, tuple[str, int]]:
-    """Every topic config's value and source on a topic without overrides, from a BrokerConfig."""
+    """Every topic config's value and source on a topic without overrides, from a BrokerConfig (static: computed
+    once per config object; callers must not change the dict)."""
     return {name: d.broker_default(config) for name, d in TOPIC_CONFIGS.items()}
 
 
