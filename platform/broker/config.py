@@ -91,6 +91,57 @@ class Key:
     doc: str
 
 
+IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+# Kafka's SSL and SASL keys; each may also be set for one listener as listener.name.<listener>.<key>.
+SECURITY_KEYS = [
+    Key("ssl.keystore.type", _choice("JKS", "PKCS12", "PEM"), "JKS", "Format of the key store: PEM or "
+        "PKCS12 (JKS, Kafka's default, cannot be read by logbus: set PEM or PKCS12)."),
+    Key("ssl.keystore.location", _str, None, "The key store file: for PEM one file with the private key and "
+        "the certificate chain; for PKCS12 a .p12 file."),
+    Key("ssl.keystore.password", _str, None, "Password of a PKCS12 key store."),
+    Key("ssl.key.password", _str, None, "Password of the private key (PEM key store)."),
+    Key("ssl.keystore.certificate.chain", _str, None, "The certificate chain in PEM, inline (with "
+        "ssl.keystore.key, instead of ssl.keystore.location)."),
+    Key("ssl.keystore.key", _str, None, "The private key in PEM, inline."),
+    Key("ssl.truststore.type", _choice("JKS", "PKCS12", "PEM"), "JKS", "Format of the trust store (PEM read; "
+        "a file given with another type is read as PEM)."),
+    Key("ssl.truststore.location", _str, None, "CA certificates (PEM) trusted for peers' certificates."),
+    Key("ssl.truststore.password", _str, None, "Accepted for Kafka compatibility (PEM needs none)."),
+    Key("ssl.truststore.certificates", _str, None, "CA certificates in PEM, inline."),
+    Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether SSL listeners ask "
+        "clients for a certificate (required: the certificate's DN becomes the principal)."),
+    Key("ssl.endpoint.identification.algorithm", _str, "https", "https: brokers check the host name in the "
+        "certificate of the broker they connect to; empty: no check."),
+    Key("ssl.enabled.protocols", _list, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted."),
+    Key("security.inter.broker.protocol", _choice(*SECURITY_PROTOCOLS), "PLAINTEXT",
+        "Security protocol between brokers, when inter.broker.listener.name is not set."),
+    Key("sasl.enabled.mechanisms", _list, ["GSSAPI"], "SASL mechanisms offered on SASL listeners (logbus: "
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)."),
+    Key("sasl.mechanism.inter.broker.protocol", _str, "GSSAPI", "SASL mechanism brokers use with each other."),
+    Key("sasl.jaas.config", _str, None, "JAAS login configuration (usually set per listener and mechanism: "
+        "listener.name.<listener>.<mechanism>.sasl.jaas.config)."),
+]
+_SCOPED = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_JAAS_KEY = Key("sasl.jaas.config", _str, None, "JAAS login configuration of one listener and mechanism.")
+
+
+def listener_scoped_key(name: str) -> Key | None:
+    """The key of ``listener.name.<listener>.<key>`` (an SSL or SASL key, or ``<mechanism>.sasl.jaas.config``)."""
+    match = _SCOPED.match(name)
+    if match is None:
+        return None
+    rest = match.group(2)
+    for key in SECURITY_KEYS:
+        if key.name == rest:
+            return key
+    mechanism, sep, tail = rest.partition(".")
+    if sep and tail == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
+        return _JAAS_KEY
+    return None
+
+
 LONG_MAX = 2**63 - 1
 
 KEYS: dict[str, Key] = {
@@ -102,9 +153,11 @@ KEYS: dict[str, Key] = {
         Key("advertised.listeners", _listeners, None, "What Metadata tells clients, per listener name: a client "
             "gets the brokers' addresses of the listener it connected to (default: listeners)."),
         Key("listener.security.protocol.map", _protocol_map, DEFAULT_PROTOCOL_MAP,
-            "Security protocol of each listener name (only PLAINTEXT is implemented)."),
+            "Security protocol of each listener name: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         Key("inter.broker.listener.name", _str, None, "The listener brokers use to reach each other "
-            "(default: the one named PLAINTEXT, else the first)."),
+            "(default: the listener of security.inter.broker.protocol if set, else the one named PLAINTEXT, "
+            "else the first)."),
+        *SECURITY_KEYS,
         Key("log.dirs", _list, ["/tmp/logbus-logs"], "Directories holding partition logs."),
         Key("num.partitions", _int(1), 1, "Partitions of an auto-created topic."),
         Key("default.replication.factor", _int(1), 1, "Replication factor of an auto-created topic."),
@@ -204,8 +257,9 @@ def parse_listener(item: str, protocol_map: dict[str, str]) -> tuple[str, str, i
         protocol = protocol_map.get(name)
         if protocol is None:
             raise ValueError(f"listener {item!r}: {name} is not in listener.security.protocol.map")
-        if protocol != "PLAINTEXT":
-            raise ValueError(f"listener {item!r}: security protocol {protocol} is not implemented (PLAINTEXT only)")
+        if protocol not in IMPLEMENTED_PROTOCOLS:
+            raise ValueError(f"listener {item!r}: security protocol {protocol} is not implemented "
+                             f"({', '.join(IMPLEMENTED_PROTOCOLS)} only)")
     return name, host, int(port)
 
 
@@ -234,7 +288,7 @@ class BrokerConfig:
     def from_strings(cls, raw: dict[str, str]) -> "BrokerConfig":
         values = {name: key.default for name, key in KEYS.items()}
         for name, text in raw.items():
-            key = KEYS.get(name)
+            key = KEYS.get(name) or listener_scoped_key(name)
             if key is None:
                 raise ConfigError(f"unknown config key {name!r}")
             try:
@@ -243,6 +297,7 @@ class BrokerConfig:
                 raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from None
         config = cls(values, frozenset(raw))
         config.listeners  # cross-key checks: names, ports, advertised names, the inter-broker listener
+        config.check_security()
         return config
 
     @classmethod
@@ -326,7 +381,42 @@ class BrokerConfig:
     def inter_broker_listener(self) -> str:
         inter = self["inter.broker.listener.name"]
         names = [listener.name for listener in self.listeners]
-        return inter.upper() if inter else ("PLAINTEXT" if "PLAINTEXT" in names else names[0])
+        if inter:
+            return inter.upper()
+        protocol = self["security.inter.broker.protocol"] if "security.inter.broker.protocol" in self.explicit \
+            else None
+        if protocol is not None and protocol in names:
+            return protocol
+        return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+
+    def check_security(self) -> None:
+        """Each SSL listener has a key store; each SASL listener offers a mechanism logbus implements; a SASL
+        inter-broker listener has a mechanism logbus implements."""
+        for spec in self.listeners:
+            protocol = self.listener_protocol(spec.name)
+            if protocol in ("SSL", "SASL_SSL") and not (self.listener_value(spec.name, "ssl.keystore.location") or
+                                                        self.listener_value(spec.name, "ssl.keystore.certificate.chain")):
+                raise ConfigError(f"listener {spec.name}: {protocol} needs ssl.keystore.location (or "
+                                  "ssl.keystore.certificate.chain and ssl.keystore.key)")
+            if protocol.startswith("SASL_"):
+                offered = self.listener_value(spec.name, "sasl.enabled.mechanisms") or []
+                if not any(m.upper() in SASL_MECHANISMS for m in offered):
+                    raise ConfigError(f"listener {spec.name}: sasl.enabled.mechanisms={','.join(offered)} has none "
+                                      f"of {', '.join(SASL_MECHANISMS)} (GSSAPI and OAUTHBEARER are not implemented)")
+        if self.listener_protocol(self.inter_broker_listener).startswith("SASL_"):
+            mechanism = self["sasl.mechanism.inter.broker.protocol"].upper()
+            if mechanism not in SASL_MECHANISMS:
+                raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: logbus implements "
+                                  f"{', '.join(SASL_MECHANISMS)}")
+
+    def listener_protocol(self, name: str) -> str:
+        """The security protocol of listener ``name`` (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
+        return self["listener.security.protocol.map"].get(name.upper(), name.upper())
+
+    def listener_value(self, name: str, key: str):
+        """``key`` as listener ``name`` sees it: ``listener.name.<name>.<key>`` if set, else ``key``."""
+        scoped = f"listener.name.{name.lower()}.{key}"
+        return self._values[scoped] if scoped in self._values else self._values.get(key)
 
     @property
     def listener(self) -> tuple[str, int]:

@@ -26,7 +26,7 @@ def test_retention_precedence_matches_kafka():
     ({"broker.id": "x"}, "invalid value 'x' for broker.id"),
     ({"log.segment.bytes": "5"}, "must be >= 14"),
     ({"auto.create.topics.enable": "yes"}, "true or false"),
-    ({"listeners": "SSL://h:1"}, "PLAINTEXT only"),
+    ({"listeners": "SSL://h:1"}, "SSL needs ssl.keystore.location"),
     ({"listeners": "INTERNAL://h:1"}, "INTERNAL is not in listener.security.protocol.map"),
     ({"listeners": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, "each listener name may appear once"),
     ({"listeners": "A://h:1,B://h:1", "listener.security.protocol.map": "A:PLAINTEXT,B:PLAINTEXT"},

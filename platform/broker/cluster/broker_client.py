@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
+from broker.network.connect import open_broker_connection
 from broker.protocol import codec
 
 
@@ -34,7 +35,8 @@ class BrokerClient:
                         address = self._address()
                         if address is None:
                             raise ConnectionError(f"broker {self.node_id} is not registered")
-                        self._reader, self._writer = await asyncio.open_connection(*address, limit=1 << 20)
+                        self._reader, self._writer = await open_broker_connection(
+                            self.broker.config, *address, self.client_id)
                     self._correlation += 1
                     self._writer.write(codec.encode_request(api_key, version, self._correlation, self.client_id,
                                                             body))

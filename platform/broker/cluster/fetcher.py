@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from broker.log.log import NotContiguous
 from broker.log.storage_errors import incidents, log_dir_of
+from broker.network.connect import open_broker_connection
 from broker.protocol import codec, records
 from broker.protocol.messages import ErrorCode
 
@@ -103,8 +104,10 @@ class LeaderFetcher:
             host, port = info.host, info.port
         try:
             async with asyncio.timeout(10):
-                reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
-        except (OSError, asyncio.TimeoutError):
+                reader, writer = await open_broker_connection(self.broker.config, host, port,
+                                                              f"replica-fetcher-{self.broker.node_id}")
+        except (OSError, asyncio.TimeoutError) as exc:  # ConnectionError included: authentication refused
+            log.debug("replica fetcher: cannot connect to broker %d: %s", self.leader_id, exc)
             return False
         if self._stopping:
             writer.transport.abort()

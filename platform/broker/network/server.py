@@ -16,6 +16,11 @@ Lifecycle: :meth:`KafkaListener.start` binds the port without accepting (connect
 can register its address before it serves; :meth:`~KafkaListener.serve` starts accepting. :meth:`~KafkaListener.stop`
 stops accepting, cancels every connection and waits a bounded time, then aborts whatever is still open (a peer
 that stopped reading cannot hold a stopping broker).
+
+Security: an SSL or SASL_SSL listener serves TLS (``broker.security.tls``); on a SASL_PLAINTEXT or SASL_SSL
+listener a connection may send only ApiVersions, SaslHandshake and SaslAuthenticate until it has
+authenticated (anything else closes it, as Kafka does). Each connection's :class:`Session` (principal, SASL
+state) is in the context variable :data:`current_session`.
 """
 
 from __future__ import annotations
@@ -26,16 +31,19 @@ import inspect
 import logging
 import os
 
+from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
 from broker.handlers.api_versions import unsupported_version_response
 from broker.protocol import codec
 from broker.protocol.codec import MalformedRequest
+from broker.security import tls
 
 log = logging.getLogger(__name__)
 
 # The listener name of the connection a request came in on (each connection is its own task, with its own
 # context): Metadata and FindCoordinator answer with the brokers' addresses on that listener.
 current_listener: contextvars.ContextVar[str | None] = contextvars.ContextVar("logbus_listener", default=None)
+SASL_KEYS = frozenset((17, 18, 36))  # SaslHandshake, ApiVersions, SaslAuthenticate: allowed before SASL auth
 SENDFILE_MIN_BYTES = 64 * 1024  # below this a pread + write is cheaper than draining for sendfile
 READ_CHUNK = 256 * 1024
 POOL_FREE_BYTES = 1024 * 1024  # frames up to this size do not reserve from queued.max.request.bytes
@@ -66,6 +74,19 @@ class MemoryPool:
                 self._freed.notify_all()
 
 
+class Session:
+    """One connection's security state."""
+
+    def __init__(self, listener: str, protocol: str, principal: str = "User:ANONYMOUS"):
+        self.listener, self.protocol, self.principal = listener, protocol, principal
+        self.authenticated = not protocol.startswith("SASL_")
+        self.sasl = None  # the SASL exchange in progress (broker.security.sasl.ServerExchange)
+        self.raw_tokens = False  # after SaslHandshake v0: the next frames are bare SASL tokens
+
+
+current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("logbus_session", default=None)
+
+
 class KafkaListener:
     def __init__(self, broker, host: str, port: int, max_request_bytes: int, pool: MemoryPool | None = None,
                  name: str = "PLAINTEXT"):
@@ -78,11 +99,22 @@ class KafkaListener:
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._closing = False
+        config = getattr(broker, "config", None)
+        self.protocol = config.listener_protocol(name) if config is not None else "PLAINTEXT"
+
+    def _ssl_context(self):
+        if self.protocol not in ("SSL", "SASL_SSL"):
+            return None
+        try:
+            return tls.server_context(lambda key: self.broker.config.listener_value(self.name, key))
+        except tls.TlsConfigError as exc:
+            raise ConfigError(f"listener {self.name}: {exc}") from None
 
     async def start(self) -> None:
         """Bind (the port is known from here on, even for port 0) without accepting connections yet."""
         self._server = await asyncio.start_server(self._serve, self.host or None, self.port, limit=STREAM_LIMIT,
-                                                  reuse_address=True, start_serving=False)
+                                                  reuse_address=True, start_serving=False,
+                                                  ssl=self._ssl_context())
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve(self) -> None:
@@ -118,6 +150,10 @@ class KafkaListener:
         self._connections[task] = writer
         current_listener.set(self.name)
         peer = writer.get_extra_info("peername")
+        ssl_object = writer.get_extra_info("ssl_object")
+        session = Session(self.name, self.protocol,
+                          tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS")
+        current_session.set(session)
         try:
             while not self._closing:
                 head = await reader.readexactly(4)
@@ -129,7 +165,10 @@ class KafkaListener:
                 reserved = await self.pool.reserve(size) if size > POOL_FREE_BYTES else 0
                 try:
                     payload = await self._read_frame(reader, size)
-                    parts = await self.dispatch(payload)
+                    if session.raw_tokens:  # SaslHandshake v0: a bare token, answered bare
+                        parts = self._raw_sasl_token(session, bytes(payload))
+                    else:
+                        parts = await self.dispatch(payload)
                     del payload
                 finally:
                     await self.pool.release(reserved)
@@ -165,6 +204,9 @@ class KafkaListener:
         api = APIS.get(header.api_key)
         if api is None:
             raise MalformedRequest(f"unknown api key {header.api_key}")
+        session = current_session.get()
+        if session is not None and not session.authenticated and header.api_key not in SASL_KEYS:
+            raise MalformedRequest(f"{api.name} before SASL authentication on listener {self.name}")
         if not api.supports(header.api_version):
             if header.api_key == codec.API_VERSIONS_KEY:
                 return [codec.encode_response(header.api_key, 0, header.correlation_id,
@@ -180,6 +222,21 @@ class KafkaListener:
         if isinstance(result, RawResponse):
             return result.parts
         return [codec.encode_response(header.api_key, header.api_version, header.correlation_id, result)]
+
+    @staticmethod
+    def _raw_sasl_token(session: Session, token: bytes) -> list:
+        from broker.security.sasl import SaslFailure
+
+        session.raw_tokens = False
+        try:
+            reply = session.sasl.respond(token)
+        except SaslFailure as exc:
+            raise MalformedRequest(f"SASL authentication failed: {exc}") from None
+        if session.sasl.complete:
+            session.authenticated, session.principal = True, session.sasl.principal
+        else:
+            session.raw_tokens = True
+        return [len(reply).to_bytes(4, "big") + reply]
 
     async def _write(self, writer: asyncio.StreamWriter, parts: list) -> None:
         loop = asyncio.get_running_loop()

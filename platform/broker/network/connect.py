@@ -1,0 +1,69 @@
+"""Connections from this broker to another one on the inter-broker listener (replica fetcher, transaction
+markers): TLS when that listener's protocol is SSL or SASL_SSL, then SASL authentication when it is
+SASL_PLAINTEXT or SASL_SSL, with this broker's own credentials (``sasl.mechanism.inter.broker.protocol`` and
+``listener.name.<listener>.<mechanism>.sasl.jaas.config``)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from broker.protocol import codec
+from broker.security import tls
+
+_contexts: dict[int, tuple[object, object]] = {}  # id(config) -> (config, its client context)
+
+
+def _client_context(config, listener: str):
+    cached = _contexts.get(id(config))
+    if cached is None or cached[0] is not config:
+        cached = _contexts[id(config)] = (config, tls.client_context(lambda key: config.listener_value(listener, key)))
+    return cached[1]
+
+
+async def open_broker_connection(config, host: str, port: int, client_id: str, limit: int = 1 << 20):
+    """(reader, writer) of an authenticated connection to a broker's inter-broker listener. Raises OSError,
+    ConnectionError (authentication refused) or TimeoutError."""
+    listener = config.inter_broker_listener
+    protocol = config.listener_protocol(listener) if hasattr(config, "listener_protocol") else "PLAINTEXT"
+    context = _client_context(config, listener) if protocol in ("SSL", "SASL_SSL") else None
+    reader, writer = await asyncio.open_connection(host, port, limit=limit, ssl=context,
+                                                   server_hostname=host if context is not None else None)
+    if protocol.startswith("SASL_"):
+        try:
+            await _authenticate(config, listener, reader, writer, client_id)
+        except BaseException:
+            writer.transport.abort()
+            raise
+    return reader, writer
+
+
+async def _call(reader, writer, api_key: int, version: int, correlation: int, client_id: str, body):
+    writer.write(codec.encode_request(api_key, version, correlation, client_id, body))
+    await writer.drain()
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    got, response = codec.decode_response(api_key, version, await reader.readexactly(size))
+    if got != correlation:
+        raise ConnectionError("correlation id mismatch")
+    return response
+
+
+async def _authenticate(config, listener: str, reader, writer, client_id: str) -> None:
+    from broker.protocol.codec import request_type
+    from broker.security.sasl import client_exchange
+
+    mechanism = config["sasl.mechanism.inter.broker.protocol"].upper()
+    exchange = client_exchange(config, listener, mechanism)
+    handshake = await _call(reader, writer, 17, 1, 1, client_id, request_type(17, 1)(mechanism=mechanism))
+    if int(handshake.error_code) != 0:
+        raise ConnectionError(f"SaslHandshake {mechanism}: error {int(handshake.error_code)} "
+                              f"(the broker offers {', '.join(handshake.mechanisms)})")
+    token, correlation = exchange.first(), 2
+    while True:
+        response = await _call(reader, writer, 36, 1, correlation, client_id, request_type(36, 1)(auth_bytes=token))
+        if int(response.error_code) != 0:
+            raise ConnectionError(f"SASL {mechanism} authentication failed: {response.error_message}")
+        token = exchange.respond(response.auth_bytes)
+        if token is None:
+            return
+        correlation += 1
