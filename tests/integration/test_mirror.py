@@ -26,7 +26,7 @@ from support import (
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-COUNT = 200_000
+COUNT = 100_000
 
 
 def MirrorProcess(workdir: Path, source: str, target: str):

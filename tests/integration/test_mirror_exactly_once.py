@@ -87,14 +87,28 @@ def committed_copies(bootstrap: str, topic: str) -> int:
         c.close()
 
 
+def kill_in_a_transaction(mirror, bootstrap: str, topic: str) -> None:
+    """kill -9 the mirror while a transaction of it is open on the target: some partition's high watermark
+    (read_uncommitted) is past its last stable offset (read_committed)."""
+    committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(uncommitted.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] >
+                   committed.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(3)):
+                break
+        mirror.kill9()
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
 def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(clusters):
     produce(clusters["live"], "pv", COUNT)
     directory = clusters["dir"] / "mirror"
     mirror = mirror_process(directory, clusters["live"], clusters["offline"], "pv", "--exactly-once",
-                            "--num.streams", "2", "--stats-file", str(directory / "stats.json"))
-    with open(directory / "consumer.properties", "a") as f:  # a killed mirror's streams leave the group sooner
-        f.write("session.timeout.ms=6000\n")
-    mirror.start()
+                            "--num.streams", "2", "--stats-file", str(directory / "stats.json")).start()
     clusters["mirrors"].append(mirror)
 
     started = time.monotonic()
@@ -105,14 +119,14 @@ def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(cluste
         print(f"{time.monotonic() - started:6.1f}s: {fraction:.0%} copied")
 
     past(0.25)
-    mirror.kill9()
+    kill_in_a_transaction(mirror, clusters["offline"], "pv")
     mirror.start()
     past(0.45)
     clusters["proxy"].cut()
     time.sleep(8)
     clusters["proxy"].restore()
     past(0.6)
-    mirror.kill9()
+    kill_in_a_transaction(mirror, clusters["offline"], "pv")
     mirror.start()
     past(0.7)
     admin = AdminClient({"bootstrap.servers": clusters["offline"]})
