@@ -66,6 +66,7 @@ class TransactionCoordinator:
         self._ticker: asyncio.Task | None = None
         self._creating: asyncio.Task | None = None
         self._last_expiry_ms = 0
+        self._warned_replication = False
 
     # ---- life cycle ---------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -97,7 +98,10 @@ class TransactionCoordinator:
         standalone = self.broker.cluster is None
         replication = 1 if standalone else c["transaction.state.log.replication.factor"]
         if len(self.broker.live_brokers()) < replication:
-            log.warning("%s needs %d live brokers (transaction.state.log.replication.factor)", TOPIC, replication)
+            if not self._warned_replication:  # once: clients retry this every few hundred ms
+                self._warned_replication = True
+                log.warning("%s needs %d live brokers (transaction.state.log.replication.factor): transactions "
+                            "wait with COORDINATOR_NOT_AVAILABLE", TOPIC, replication)
             return ErrorCode.coordinator_not_available
         configs = {"cleanup.policy": "compact", "segment.bytes": str(c["transaction.state.log.segment.bytes"]),
                    "min.insync.replicas": str(1 if standalone else min(c["transaction.state.log.min.isr"],
