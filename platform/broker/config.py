@@ -91,7 +91,7 @@ class Key:
     doc: str
 
 
-IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL")
+IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 # Kafka's SSL and SASL keys; each may also be set for one listener as listener.name.<listener>.<key>.

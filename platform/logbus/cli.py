@@ -34,6 +34,12 @@ def _topics(args: argparse.Namespace) -> int:
     return run(topics, args)
 
 
+def _configs(args: argparse.Namespace) -> int:
+    from logbus.user_configs import run
+
+    return run(args)
+
+
 def _reassign(args: argparse.Namespace) -> int:
     from logbus.admin import reassign, run
 
@@ -206,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--replica-assignment", metavar="B:B,B:B,...",
                         help="alter: every partition's replicas (kafka-topics.sh's form); the new ones are used")
     topics.set_defaults(func=_topics)
+
+    configs = verbs.add_parser("configs", help="SCRAM credentials of users (as kafka-configs.sh)")
+    configs.add_argument("--zookeeper", help="host:port/chroot of the cluster (works before any broker runs)")
+    configs.add_argument("--log-dir", help="instead of --zookeeper: a standalone broker's first log dir")
+    configs.add_argument("--alter", action="store_true")
+    configs.add_argument("--describe", action="store_true")
+    configs.add_argument("--entity-type", required=True, choices=["users", "topics", "brokers", "clients"])
+    configs.add_argument("--entity-name")
+    configs.add_argument("--add-config", metavar="'SCRAM-SHA-512=[password=...]'")
+    configs.add_argument("--delete-config", metavar="SCRAM-SHA-512")
+    configs.set_defaults(func=_configs)
 
     reassign = verbs.add_parser("reassign-partitions", help="move partition replicas (Kafka's reassignment JSON)")
     reassign.add_argument("--zookeeper", required=True, help="host:port/chroot of the cluster")

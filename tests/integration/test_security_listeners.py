@@ -1,14 +1,20 @@
-"""Secure listeners (issue 18, item 1): SSL with PEM key stores, confluent-kafka over TLS, and a 3-broker
-cluster whose inter-broker listener is secured (replication over it: acks=all answered)."""
+"""Secure listeners (issue 18, item 1): SSL with PEM key stores, SASL (PLAIN, SCRAM-SHA-256/512) on
+SASL_PLAINTEXT and SASL_SSL with real clients, wrong passwords refused quickly, and a 3-broker cluster whose
+inter-broker listener is SASL_SSL with SCRAM (replication over it: acks=all answered)."""
 
+import os
 import socket
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from security_certs import make_pki
-from support import BrokerProcess, Cluster, free_port, wait_until
+from rawclient import RawClient, request_module
+from support import REPO, BrokerProcess, free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -73,6 +79,113 @@ def test_ssl_client_that_does_not_trust_the_ca_fails(ssl_broker, pki):
         AdminClient(conf).list_topics(timeout=5)
 
 
+def _configs(*args: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    subprocess.run([sys.executable, "-m", "logbus.cli", "configs", *args], check=True, env=env, timeout=60,
+                   capture_output=True)
+
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-pw" user_admin="admin-pw" user_carol="carol-pw";')
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory, pki):
+    b = BrokerProcess(tmp_path_factory.mktemp("sasl-broker"), num_partitions=1)
+    b.sasl_ssl, b.sasl_plain = free_port(), free_port()
+    # standalone: SCRAM credentials in the first log dir, written before the broker starts
+    _configs("--log-dir", str(b.log_dir), "--alter", "--entity-type", "users", "--entity-name", "alice",
+             "--add-config", "SCRAM-SHA-512=[password=alice-pw],SCRAM-SHA-256=[password=alice-pw]")
+    b.settings.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://127.0.0.1:{b.sasl_ssl},"
+                     f"SASL_PLAINTEXT://127.0.0.1:{b.sasl_plain}",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["broker0"]), "ssl.key.password": "keypass",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "group.initial.rebalance.delay.ms": 0,
+    })
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.mark.parametrize("mechanism, user, password", [("SCRAM-SHA-512", "alice", "alice-pw"),
+                                                       ("PLAIN", "carol", "carol-pw")])
+def test_confluent_kafka_over_sasl_ssl(sasl_broker, pki, mechanism, user, password):
+    conf = {"bootstrap.servers": f"127.0.0.1:{sasl_broker.sasl_ssl}", "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password}
+    topic = f"sasl-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    assert _roundtrip(conf, topic) == [f"m{i}".encode() for i in range(20)]
+
+
+def test_kafka_python_over_sasl_plaintext_with_scram(sasl_broker):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    conf = {"bootstrap_servers": f"127.0.0.1:{sasl_broker.sasl_plain}", "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "alice", "sasl_plain_password": "alice-pw"}
+    topic = f"kp-{uuid.uuid4().hex[:6]}"
+    producer = KafkaProducer(acks="all", **conf)
+    for i in range(10):
+        producer.send(topic, f"k{i}".encode())
+    producer.flush(20)
+    producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **conf)
+    got = [m.value for m in consumer]
+    consumer.close()
+    assert got == [f"k{i}".encode() for i in range(10)]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_wrong_password_fails_quickly(sasl_broker, pki, mechanism):
+    conf = {"bootstrap.servers": f"127.0.0.1:{sasl_broker.sasl_ssl}", "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": mechanism, "sasl.username": "alice",
+            "sasl.password": "wrong"}
+    errors = []
+    start = time.monotonic()
+    producer = Producer({**conf, "error_cb": errors.append})
+    # the client's error callback reports the authentication failure, with the broker's message, at once
+    wait_until(lambda: producer.poll(0.1) is not None and any(e.code() == KafkaError._AUTHENTICATION
+                                                              for e in errors), 5, interval=0,
+               what="an authentication error")
+    assert time.monotonic() - start < 5
+    message = next(e.str() for e in errors if e.code() == KafkaError._AUTHENTICATION)
+    assert "Invalid username or password" in message or "invalid credentials" in message
+
+
+def test_sasl_authentication_failed_error_then_close(sasl_broker):
+    client = RawClient("127.0.0.1", sasl_broker.sasl_plain)
+    try:
+        hs = client.request(17, 1, request_module(17, 1).SaslHandshakeRequest(mechanism="PLAIN"))
+        assert int(hs.error_code) == 0 and set(hs.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+        auth = client.request(36, 2, request_module(36, 2).SaslAuthenticateRequest(auth_bytes=b"\0carol\0bad"))
+        assert int(auth.error_code) == 58 and "Invalid username or password" in auth.error_message
+        with pytest.raises((ConnectionError, OSError)):
+            client.request(18, 0, request_module(18, 0).ApiVersionsRequest())
+    finally:
+        client.close()
+
+
+def test_requests_before_authentication_close_the_connection(sasl_broker):
+    client = RawClient("127.0.0.1", sasl_broker.sasl_plain)
+    try:
+        versions = client.request(18, 0, request_module(18, 0).ApiVersionsRequest())  # allowed
+        assert {17, 36} <= {k.api_key for k in versions.api_keys}
+        with pytest.raises((ConnectionError, OSError)):
+            client.request(3, 1, request_module(3, 1).MetadataRequest(topics=()))
+    finally:
+        client.close()
+    unknown = RawClient("127.0.0.1", sasl_broker.sasl_plain)
+    try:
+        hs = unknown.request(17, 1, request_module(17, 1).SaslHandshakeRequest(mechanism="GSSAPI"))
+        assert int(hs.error_code) == 33  # UNSUPPORTED_SASL_MECHANISM
+    finally:
+        unknown.close()
+
+
 def test_plaintext_bytes_on_the_ssl_port_get_no_kafka_answer(ssl_broker):
     with socket.create_connection(("127.0.0.1", ssl_broker.ssl_port), timeout=5) as sock:
         # an ApiVersions v0 request in the clear
@@ -89,11 +202,15 @@ def test_plaintext_bytes_on_the_ssl_port_get_no_kafka_answer(ssl_broker):
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory, pki):
-    """Three brokers: PLAINTEXT for the harness, SECURE (inter-broker) with TLS."""
+    """Three brokers: PLAINTEXT for the harness, SECURE (inter-broker) with SASL_SSL and SCRAM-SHA-512; the
+    brokers' user is created in ZooKeeper before any broker runs (how Kafka bootstraps its first users)."""
     from support import ZooKeeperProcess
 
     base = tmp_path_factory.mktemp("secure-cluster")
     zk = ZooKeeperProcess(base / "zk").start()
+    for user, password in [("broker", "broker-pw"), ("alice", "alice-pw")]:
+        _configs("--zookeeper", zk.connect + "/secure", "--alter", "--entity-type", "users", "--entity-name", user,
+                 "--add-config", f"SCRAM-SHA-512=[password={password}]")
     brokers = []
     try:
         for i in range(3):
@@ -101,8 +218,13 @@ def secure_cluster(tmp_path_factory, pki):
             b.secure = free_port()
             b.settings.update({
                 "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SECURE://127.0.0.1:{b.secure}",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SECURE:SSL",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
                 "inter.broker.listener.name": "SECURE",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.secure.scram-sha-512.sasl.jaas.config":
+                    'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+                    'password="broker-pw";',
                 "listener.name.secure.ssl.keystore.type": "PEM",
                 "listener.name.secure.ssl.keystore.location": str(pki[f"broker{i}"]),
                 "listener.name.secure.ssl.key.password": "keypass",
@@ -121,13 +243,26 @@ def secure_cluster(tmp_path_factory, pki):
 
 def test_cluster_replicates_over_the_secure_inter_broker_listener(secure_cluster, pki):
     brokers = secure_cluster
-    conf = {"bootstrap.servers": ",".join(f"127.0.0.1:{b.secure}" for b in brokers), "security.protocol": "SSL",
-            "ssl.ca.location": str(pki["ca"])}
+    conf = {"bootstrap.servers": ",".join(f"127.0.0.1:{b.secure}" for b in brokers),
+            "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice", "sasl.password": "alice-pw"}
     admin = AdminClient(conf)
     wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 30, what="three brokers")
     topic = f"sec-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "3"})])[topic].result(30)
-    # min.insync.replicas=3 with acks=all: answered only once both followers fetched over the TLS listener
+    # min.insync.replicas=3 with acks=all: answered only once both followers fetched over SASL_SSL
     assert _roundtrip({**conf, "message.timeout.ms": 20000}, topic, 50) and True
     parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
     assert all(sorted(p.isrs) == [0, 1, 2] for p in parts)
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_errors_not_disconnects(sasl_broker):
+    client = RawClient("127.0.0.1", sasl_broker.port)
+    try:
+        hs = client.request(17, 1, request_module(17, 1).SaslHandshakeRequest(mechanism="PLAIN"))
+        assert int(hs.error_code) == 34  # ILLEGAL_SASL_STATE
+        auth = client.request(36, 2, request_module(36, 2).SaslAuthenticateRequest(auth_bytes=b"\0a\0b"))
+        assert int(auth.error_code) == 34
+        assert client.request(3, 1, request_module(3, 1).MetadataRequest(topics=())).brokers  # still served
+    finally:
+        client.close()

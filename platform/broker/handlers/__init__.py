@@ -25,6 +25,8 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
     write_txn_markers,

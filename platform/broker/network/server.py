@@ -82,6 +82,7 @@ class Session:
         self.authenticated = not protocol.startswith("SASL_")
         self.sasl = None  # the SASL exchange in progress (broker.security.sasl.ServerExchange)
         self.raw_tokens = False  # after SaslHandshake v0: the next frames are bare SASL tokens
+        self.close_after_response = False  # a failed SASL step: answer, then close (as Kafka)
 
 
 current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("logbus_session", default=None)
@@ -166,7 +167,7 @@ class KafkaListener:
                 try:
                     payload = await self._read_frame(reader, size)
                     if session.raw_tokens:  # SaslHandshake v0: a bare token, answered bare
-                        parts = self._raw_sasl_token(session, bytes(payload))
+                        parts = await self._raw_sasl_token(session, bytes(payload))
                     else:
                         parts = await self.dispatch(payload)
                     del payload
@@ -174,6 +175,8 @@ class KafkaListener:
                     await self.pool.release(reserved)
                 if parts is not None:
                     await self._write(writer, parts)
+                if session.close_after_response:
+                    return
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except MalformedRequest as exc:
@@ -224,12 +227,12 @@ class KafkaListener:
         return [codec.encode_response(header.api_key, header.api_version, header.correlation_id, result)]
 
     @staticmethod
-    def _raw_sasl_token(session: Session, token: bytes) -> list:
+    async def _raw_sasl_token(session: Session, token: bytes) -> list:
         from broker.security.sasl import SaslFailure
 
         session.raw_tokens = False
         try:
-            reply = session.sasl.respond(token)
+            reply = await session.sasl.respond(token)
         except SaslFailure as exc:
             raise MalformedRequest(f"SASL authentication failed: {exc}") from None
         if session.sasl.complete:

@@ -1,0 +1,30 @@
+"""SaslAuthenticate (key 36), v0–2: one SASL token each way. A failed authentication is answered
+SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection is closed (as Kafka does)."""
+
+from broker.handlers.registry import handles
+from broker.protocol.messages import ErrorCode, build, response_class
+from broker.security.sasl import SaslFailure
+
+KEY = 36
+
+
+@handles(KEY, "SaslAuthenticate", 0, 2)
+async def handle(broker, header, request):
+    from broker.network.server import current_session
+
+    cls = response_class(KEY, header.api_version)
+    session = current_session.get()
+    if session is None or session.sasl is None or session.authenticated:
+        if session is not None:  # during authentication: answer and close; after it (or no SASL): an error only
+            session.close_after_response = not session.authenticated
+        return build(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SaslAuthenticate out of order: "
+                     "SaslHandshake first, once per connection", auth_bytes=b"", session_lifetime=0)
+    try:
+        reply = await session.sasl.respond(request.auth_bytes)
+    except SaslFailure as exc:
+        session.close_after_response = True
+        return build(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"",
+                     session_lifetime=0)
+    if session.sasl.complete:
+        session.authenticated, session.principal = True, session.sasl.principal
+    return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
