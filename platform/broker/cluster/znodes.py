@@ -29,6 +29,23 @@ CLUSTER_ID = "/cluster/id"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, "/admin")
 
 
+def node_name(text: str) -> str:
+    """A client-chosen string (group id, member id) as one znode name: ``/`` and ``%`` percent-encoded, as are
+    the characters ZooKeeper refuses in paths (controls, U+D800-U+F8FF, U+FFF0-U+FFFF) and the names ``.`` and
+    ``..``. Names without those characters are unchanged (existing registries keep their paths); encoded ones
+    cannot collide with them, since ``%`` itself is encoded."""
+    if text in (".", ".."):
+        return text.replace(".", "%2E")
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in "/%" or code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or code >= 0xFFF0:
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(ch)
+    return "".join(out) or "%00"  # an empty group id never gets here (INVALID_GROUP_ID); keep names non-empty
+
+
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
 

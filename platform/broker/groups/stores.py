@@ -19,6 +19,7 @@ import json
 import os
 import struct
 
+from broker.cluster.znodes import node_name
 from broker.log.storage_errors import replace_file
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -118,7 +119,7 @@ class ZkOffsetStore:
 
     def _load(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
         client = self.zk.client
-        base = f"{CONSUMERS}/{group}/offsets"
+        base = f"{CONSUMERS}/{node_name(group)}/offsets"
         out = {}
         try:
             topics = client.get_children(base)
@@ -136,7 +137,7 @@ class ZkOffsetStore:
     def _commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         client = self.zk.client
         for (topic, p), (offset, _meta) in offsets.items():
-            path = f"{CONSUMERS}/{group}/offsets/{topic}/{p}"
+            path = f"{CONSUMERS}/{node_name(group)}/offsets/{topic}/{p}"
             data = str(offset).encode()
             try:
                 client.set(path, data)
@@ -147,17 +148,18 @@ class ZkOffsetStore:
                     client.set(path, data)
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
-        await self.zk.call(self._ephemeral, f"{CONSUMERS}/{group}/ids/{member_id}", json.dumps(data).encode())
+        await self.zk.call(self._ephemeral, f"{CONSUMERS}/{node_name(group)}/ids/{node_name(member_id)}",
+                           json.dumps(data).encode())
 
     async def member_left(self, group: str, member_id: str) -> None:
-        await self.zk.call(self._delete, f"{CONSUMERS}/{group}/ids/{member_id}")
+        await self.zk.call(self._delete, f"{CONSUMERS}/{node_name(group)}/ids/{node_name(member_id)}")
 
     async def owners(self, group: str, owners: dict[tuple[str, int], str]) -> None:
         await self.zk.call(self._owners, group, owners)
 
     def _owners(self, group: str, owners: dict[tuple[str, int], str]) -> None:
         client = self.zk.client
-        base = f"{CONSUMERS}/{group}/owners"
+        base = f"{CONSUMERS}/{node_name(group)}/owners"
         try:
             for topic in client.get_children(base):
                 for p in client.get_children(f"{base}/{topic}"):

@@ -20,8 +20,9 @@ async def handle(broker, header, request):
             request.transactional_id, ms(request.transaction_timeout), producer_id, epoch)
         return build(cls, throttle_time=0, error_code=for_version(error, header.api_version, fenced_since=4),
                      producer_id=producer_id, producer_epoch=epoch)
-    if producer_id >= 0 and epoch >= 0:  # KIP-360: bump the epoch of a known producer id
-        return build(cls, throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=epoch + 1)
+    # Without a transactional id Kafka always hands out a new producer id, epoch 0, whatever producer id and epoch
+    # the request names (KIP-360's bump is for transactional ids): no client can take over another's producer id,
+    # and no epoch ever nears its 32767 limit here.
     try:
         producer_id = await broker.next_producer_id()
     except OSError as exc:  # standalone: the next producer-id block cannot be recorded (a full disk)

@@ -19,7 +19,7 @@ from broker.metadata.topic_configs import TOPIC_CONFIGS, InvalidConfig, validate
 __all__ = ["TOPIC_CONFIGS", "TopicError", "TopicInfo", "TopicStore", "check_new_partitions", "validate_topic_configs",
            "validate_topic_name"]
 
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # matched whole (fullmatch): "$" would accept a trailing newline
 
 
 class TopicError(ValueError):
@@ -35,7 +35,7 @@ def validate_topic_name(name: str) -> None:
         raise TopicError("invalid_topic_exception", "topic name is empty or '.'/'..'")
     if len(name) > 249:
         raise TopicError("invalid_topic_exception", "topic name longer than 249 characters")
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise TopicError("invalid_topic_exception", f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
 
 

@@ -18,6 +18,7 @@ import os
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from broker.cluster.znodes import node_name
 from broker.groups.group import GroupError
 from broker.log.storage_errors import replace_file
 from broker.protocol.messages import ErrorCode
@@ -78,7 +79,7 @@ class ZkPending:
 
     @staticmethod
     def _base(group: str) -> str:
-        return f"{CONSUMERS}/{group}/pending-offsets"
+        return f"{CONSUMERS}/{node_name(group)}/pending-offsets"
 
     async def get(self, group: str) -> dict[int, tuple[int, Offsets]]:
         return await self.zk.call(self._get, group)
@@ -130,8 +131,8 @@ class ZkPending:
             txn.check(path, stat.version)
             if commit:
                 for (topic, p), (offset, _meta) in offsets.items():
-                    node = f"{CONSUMERS}/{group}/offsets/{topic}/{p}"
-                    client.ensure_path(f"{CONSUMERS}/{group}/offsets/{topic}")
+                    node = f"{CONSUMERS}/{node_name(group)}/offsets/{topic}/{p}"
+                    client.ensure_path(f"{CONSUMERS}/{node_name(group)}/offsets/{topic}")
                     if client.exists(node):
                         txn.set_data(node, str(offset).encode())
                     else:
