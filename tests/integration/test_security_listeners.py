@@ -27,9 +27,11 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ssl_broker(tmp_path_factory, pki):
     b = BrokerProcess(tmp_path_factory.mktemp("ssl-broker"), num_partitions=1)
-    b.ssl_port = free_port()
+    b.ssl_port, b.mtls_port = free_port(), free_port()
     b.settings.update({
-        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{b.ssl_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{b.ssl_port},MTLS://127.0.0.1:{b.mtls_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+        "listener.name.mtls.ssl.client.auth": "required",  # this listener only
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["broker0"]), "ssl.key.password": "keypass",
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki["ca"]),
         "group.initial.rebalance.delay.ms": 0,
@@ -76,7 +78,7 @@ def test_ssl_client_that_does_not_trust_the_ca_fails(ssl_broker, pki):
     conf = {"bootstrap.servers": f"127.0.0.1:{ssl_broker.ssl_port}", "security.protocol": "SSL",
             "ssl.ca.location": str(pki["client-cert"])}  # not the CA
     with pytest.raises(KafkaException):
-        AdminClient(conf).list_topics(timeout=5)
+        AdminClient(conf).list_topics(timeout=3)
 
 
 def _configs(*args: str) -> None:
@@ -134,7 +136,11 @@ def test_kafka_python_over_sasl_plaintext_with_scram(sasl_broker):
     producer.flush(20)
     producer.close()
     consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **conf)
-    got = [m.value for m in consumer]
+    got = []
+    for message in consumer:  # consumer_timeout_ms ends the loop if records are missing
+        got.append(message.value)
+        if len(got) == 10:
+            break
     consumer.close()
     assert got == [f"k{i}".encode() for i in range(10)]
 
@@ -184,6 +190,18 @@ def test_requests_before_authentication_close_the_connection(sasl_broker):
         assert int(hs.error_code) == 33  # UNSUPPORTED_SASL_MECHANISM
     finally:
         unknown.close()
+
+
+def test_ssl_client_auth_required_on_one_listener(ssl_broker, pki):
+    base = {"bootstrap.servers": f"127.0.0.1:{ssl_broker.mtls_port}", "security.protocol": "SSL",
+            "ssl.ca.location": str(pki["ca"])}
+    with pytest.raises(KafkaException):  # no client certificate: the handshake fails
+        AdminClient(base).list_topics(timeout=4)
+    meta = AdminClient({**base, "ssl.certificate.location": str(pki["client-cert"]),
+                        "ssl.key.location": str(pki["client-key"])}).list_topics(timeout=10)
+    assert {b.port for b in meta.brokers.values()} == {ssl_broker.mtls_port}
+    # the other SSL listener does not ask for a certificate
+    assert AdminClient({**base, "bootstrap.servers": f"127.0.0.1:{ssl_broker.ssl_port}"}).list_topics(timeout=10)
 
 
 def test_plaintext_bytes_on_the_ssl_port_get_no_kafka_answer(ssl_broker):
