@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     configs = verbs.add_parser("configs", help="SCRAM credentials of users (as kafka-configs.sh)")
     configs.add_argument("--zookeeper", help="host:port/chroot of the cluster (works before any broker runs)")
     configs.add_argument("--log-dir", help="instead of --zookeeper: a standalone broker's first log dir")
+    configs.add_argument("--bootstrap-server", help="any broker, host:port (AlterUserScramCredentials)")
+    configs.add_argument("--command-config", help="with --bootstrap-server: the client's properties file")
     configs.add_argument("--alter", action="store_true")
     configs.add_argument("--describe", action="store_true")
     configs.add_argument("--entity-type", required=True, choices=["users", "topics", "brokers", "clients"])

@@ -115,18 +115,72 @@ def _file(log_dir: str, user: str, add, delete: list[str], alter: bool) -> bytes
     return node
 
 
+def client_config(bootstrap: str, command_config: str | None) -> dict:
+    """confluent-kafka settings from ``--bootstrap-server`` and a Kafka client properties file
+    (``--command-config``): security.protocol, sasl.mechanism, sasl.jaas.config (username/password),
+    ssl.truststore.location (PEM) are translated; other keys are passed to librdkafka as they are."""
+    from broker.config import parse_properties
+    from broker.security import jaas
+
+    conf = {"bootstrap.servers": bootstrap}
+    props = parse_properties(Path(command_config).read_text()) if command_config else {}
+    for key, value in props.items():
+        if key == "sasl.jaas.config":
+            options = jaas.parse(value)[0].options
+            conf["sasl.username"], conf["sasl.password"] = options.get("username", ""), options.get("password", "")
+        elif key == "ssl.truststore.location":
+            conf["ssl.ca.location"] = value
+        elif key in ("ssl.truststore.type", "ssl.truststore.password"):
+            continue
+        else:
+            conf[key] = value
+    return conf
+
+
+def _through_broker(args, add, delete: list[str], alter: bool) -> int:
+    """AlterUserScramCredentials / DescribeUserScramCredentials through a broker (confluent-kafka's admin)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+
+    admin = AdminClient(client_config(args.bootstrap_server, args.command_config))
+    user = args.entity_name
+    try:
+        if alter:
+            mechanisms = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+            changes = [UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanisms[m], values["iterations"]),
+                                                    values["password"].encode())
+                       for m, values in add.items()]
+            changes += [UserScramCredentialDeletion(user, mechanisms[m]) for m in delete if m in mechanisms]
+            admin.alter_user_scram_credentials(changes)[user].result(30)
+            print(f"Completed updating config for user {user}.")
+        else:
+            described = admin.describe_user_scram_credentials([user])[user].result(30)
+            mechs = [f"{str(c.mechanism.name).replace('_', '-')}=iterations={c.iterations}"
+                     for c in described.scram_credential_infos]
+            print(f"SCRAM credential configs for user-principal '{user}' are {', '.join(mechs)}")
+    except KafkaException as exc:
+        print(f"logbus: configs: {exc.args[0].str() if exc.args else exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args) -> int:
     try:
         if args.entity_type != "users":
             raise UsageError("only --entity-type users is implemented (SCRAM credentials)")
         if not args.entity_name:
             raise UsageError("--entity-name is needed")
-        if bool(args.zookeeper) == bool(args.log_dir):
-            raise UsageError("give --zookeeper HOST:PORT/chroot (a cluster) or --log-dir DIR (a standalone "
-                             "broker's first log dir)")
+        if sum(map(bool, (args.zookeeper, args.log_dir, args.bootstrap_server))) != 1:
+            raise UsageError("give one of --bootstrap-server HOST:PORT, --zookeeper HOST:PORT/chroot (works before "
+                             "any broker runs) or --log-dir DIR (a standalone broker's first log dir)")
         alter = bool(args.alter)
         if not alter and not args.describe:
             raise UsageError("--alter or --describe")
+        if args.bootstrap_server:
+            raw = parse_add_config(args.add_config or "") if alter else {}
+            for values in raw.values():
+                values["iterations"] = int(values.get("iterations", scram.MIN_ITERATIONS))
         add = credentials_to_add(args.add_config) if alter else {}
         delete = [m.strip().upper() for m in (args.delete_config or "").split(",") if m.strip()] if alter else []
         if alter and not add and not delete:
@@ -135,6 +189,8 @@ def run(args) -> int:
     except (UsageError, ValueError) as exc:
         print(f"logbus: configs: {exc}", file=sys.stderr)
         return 2
+    if args.bootstrap_server:
+        return _through_broker(args, raw, delete, alter)
     store = _zookeeper if args.zookeeper else _file
     node = store(args.zookeeper or args.log_dir, args.entity_name, add, delete, alter)
     if alter:

@@ -273,6 +273,15 @@ def test_cluster_replicates_over_the_secure_inter_broker_listener(secure_cluster
     parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
     assert all(sorted(p.isrs) == [0, 1, 2] for p in parts)
 
+    # credentials altered through one broker (AlterUserScramCredentials -> ZooKeeper) work on every broker
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"erin-pw")])["erin"].result(10)
+    for b in brokers:
+        erin = {**conf, "bootstrap.servers": f"127.0.0.1:{b.secure}", "sasl.username": "erin",
+                "sasl.password": "erin-pw"}
+        assert AdminClient(erin).list_topics(timeout=10).brokers
+
 
 def test_sasl_requests_on_a_plaintext_listener_are_errors_not_disconnects(sasl_broker):
     client = RawClient("127.0.0.1", sasl_broker.port)
@@ -284,3 +293,48 @@ def test_sasl_requests_on_a_plaintext_listener_are_errors_not_disconnects(sasl_b
         assert client.request(3, 1, request_module(3, 1).MetadataRequest(topics=())).brokers  # still served
     finally:
         client.close()
+
+
+def test_scram_credentials_managed_through_the_admin_api(sasl_broker, pki):
+    from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl_broker.sasl_ssl}", "security.protocol": "SASL_SSL",
+                         "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
+                         "sasl.username": "alice", "sasl.password": "alice-pw"})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion("dave", info, b"dave-pw")])["dave"].result(10)
+    described = admin.describe_user_scram_credentials(["dave"])["dave"].result(10)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == \
+        [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    with pytest.raises(KafkaException):  # unknown user: RESOURCE_NOT_FOUND
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
+    # the new user logs in with the password whose salted form the client sent
+    dave = {"bootstrap.servers": f"127.0.0.1:{sasl_broker.sasl_plain}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "dave", "sasl.password": "dave-pw"}
+    assert AdminClient(dave).list_topics(timeout=10).brokers
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_512)])[
+        "dave"].result(10)
+    errors = []
+    producer = Producer({**dave, "error_cb": errors.append})
+    wait_until(lambda: producer.poll(0.1) is not None and any(e.code() == KafkaError._AUTHENTICATION
+                                                              for e in errors), 5, interval=0,
+               what="dave refused after the deletion")
+
+
+def test_logbus_configs_through_a_broker(sasl_broker, pki, tmp_path):
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                     "username=\"alice\" password=\"alice-pw\";\n"
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={pki['ca']}\n")
+    common = ["--bootstrap-server", f"127.0.0.1:{sasl_broker.sasl_ssl}", "--command-config", str(props),
+              "--entity-type", "users", "--entity-name", "frank"]
+    _configs(*common, "--alter", "--add-config", "SCRAM-SHA-256=[iterations=4096,password=frank-pw]")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    out = subprocess.run([sys.executable, "-m", "logbus.cli", "configs", *common, "--describe"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "SCRAM-SHA-256=iterations=4096" in out.stdout, out.stderr
+    frank = {"bootstrap.servers": f"127.0.0.1:{sasl_broker.sasl_plain}", "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "frank", "sasl.password": "frank-pw"}
+    assert AdminClient(frank).list_topics(timeout=10).brokers

@@ -63,3 +63,60 @@ def updated_node(data: bytes | None, add: dict[str, ScramCredential], delete: li
     for mechanism, credential in add.items():
         node["config"][mechanism.upper()] = credential.encode()
     return json.dumps(node, separators=(",", ":")).encode()
+
+
+async def read_nodes(broker, users: list[str] | None) -> dict[str, bytes | None]:
+    """The node of each user (None: no node); ``users=None``: every user with a node."""
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None:
+        if users is None:
+            users = await cluster.zk.children(USERS_PATH)
+        out = {}
+        for user in users:
+            try:
+                out[user] = (await cluster.zk.get_or_none(user_path(user)))[0]
+            except ValueError:
+                out[user] = None
+        return out
+    every = _read_file(broker)
+    names = list(every) if users is None else users
+    return {u: json.dumps(every[u]).encode() if u in every else None for u in names}
+
+
+async def write_node(broker, user: str, node: bytes) -> None:
+    """Store a user's node (ZooKeeper, with Kafka's change notification; standalone: the file)."""
+    path = user_path(user)
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None:
+        zk = cluster.zk
+
+        def write():
+            from kazoo.exceptions import NodeExistsError
+            if zk.client.exists(path):
+                zk.client.set(path, node)
+            else:
+                zk.client.ensure_path(USERS_PATH)
+                try:
+                    zk.client.create(path, node)
+                except NodeExistsError:
+                    zk.client.set(path, node)
+            zk.client.ensure_path(CHANGES_PATH)
+            zk.client.create(CHANGES_PATH + "/config_change_",
+                             json.dumps({"version": 2, "entity_path": f"users/{user}"}).encode(), sequence=True)
+
+        await zk.call(write)
+        return
+    every = _read_file(broker)
+    every[user] = json.loads(node)
+    file = Path(broker.config["log.dirs"][0]) / STANDALONE_FILE
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(every, indent=1))
+    tmp.chmod(0o600)
+    tmp.replace(file)
+
+
+def _read_file(broker) -> dict:
+    try:
+        return json.loads((Path(broker.config["log.dirs"][0]) / STANDALONE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}

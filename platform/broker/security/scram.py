@@ -185,3 +185,10 @@ class ScramClient:
             raise ScramError(f"server error: {attrs['e']}")
         if not hmac.compare_digest(base64.b64decode(attrs.get("v", "")), self._server_signature):
             raise ScramError("the server's signature does not match")
+
+
+def credential_from_salted(mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+    """The stored form from a salted password (what AlterUserScramCredentials sends)."""
+    client_key = _hmac(mechanism, salted, b"Client Key")
+    return ScramCredential(salt, hashlib.new(_h(mechanism), client_key).digest(),
+                           _hmac(mechanism, salted, b"Server Key"), iterations)
