@@ -338,3 +338,27 @@ def test_logbus_configs_through_a_broker(sasl_broker, pki, tmp_path):
     frank = {"bootstrap.servers": f"127.0.0.1:{sasl_broker.sasl_plain}", "security.protocol": "SASL_PLAINTEXT",
              "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "frank", "sasl.password": "frank-pw"}
     assert AdminClient(frank).list_topics(timeout=10).brokers
+
+
+def test_sasl_handshake_v0_bare_tokens(sasl_broker):
+    """SaslHandshake v0 (old clients): the tokens follow as bare size-prefixed frames, no Kafka header."""
+    import struct
+
+    client = RawClient("127.0.0.1", sasl_broker.sasl_plain)
+    try:
+        assert int(client.request(17, 0, request_module(17, 0).SaslHandshakeRequest(mechanism="PLAIN")).error_code) == 0
+        token = b"\0carol\0carol-pw"
+        client.send_bytes(struct.pack(">i", len(token)) + token)
+        assert client.recv_frame() == b""  # PLAIN's empty challenge: authenticated
+        assert client.request(3, 1, request_module(3, 1).MetadataRequest(topics=())).brokers
+    finally:
+        client.close()
+    bad = RawClient("127.0.0.1", sasl_broker.sasl_plain)
+    try:
+        bad.request(17, 0, request_module(17, 0).SaslHandshakeRequest(mechanism="PLAIN"))
+        token = b"\0carol\0wrong"
+        bad.send_bytes(struct.pack(">i", len(token)) + token)
+        with pytest.raises((ConnectionError, OSError)):  # v0 has no error frame: the connection closes
+            bad.recv_frame()
+    finally:
+        bad.close()
