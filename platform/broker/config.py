@@ -123,6 +123,9 @@ SECURITY_KEYS = [
     Key("sasl.jaas.config", _str, None, "JAAS login configuration (usually set per listener and mechanism: "
         "listener.name.<listener>.<mechanism>.sasl.jaas.config)."),
 ]
+# Kafka's PASSWORD-type keys: DescribeConfigs answers them with no value and is_sensitive=true.
+SENSITIVE_KEYS = frozenset(("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+                            "ssl.truststore.password", "sasl.jaas.config"))
 _SCOPED = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
 _JAAS_KEY = Key("sasl.jaas.config", _str, None, "JAAS login configuration of one listener and mechanism.")
 

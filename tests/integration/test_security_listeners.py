@@ -362,3 +362,14 @@ def test_sasl_handshake_v0_bare_tokens(sasl_broker):
             bad.recv_frame()
     finally:
         bad.close()
+
+
+def test_describe_configs_hides_passwords(sasl_broker):
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entries = admin.describe_configs([resource])[resource].result(10)
+    assert entries["ssl.key.password"].is_sensitive and entries["ssl.key.password"].value is None
+    assert entries["ssl.keystore.location"].value is not None and not entries["ssl.keystore.location"].is_sensitive
+    assert "keypass" not in repr({k: e.value for k, e in entries.items()})

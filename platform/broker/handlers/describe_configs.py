@@ -2,6 +2,7 @@
 Kafka 3.x, see :mod:`broker.metadata.topic_configs`) with their source, type and, on request, synonyms; and
 broker configs."""
 
+from broker.config import SENSITIVE_KEYS
 from broker.handlers.registry import handles
 from broker.metadata.topic_configs import TOPIC_CONFIGS, TYPE_IDS, synonyms
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -35,7 +36,8 @@ def handle(broker, header, request):
         wanted = resource.configuration_keys
         topic = resource.resource_type == TOPIC
         entries = tuple(
-            build(entry_cls, name=k, value=v, read_only=not topic, config_source=source, is_sensitive=False,
+            build(entry_cls, name=k, value=None if k in SENSITIVE_KEYS else v, read_only=not topic,
+                  config_source=source, is_sensitive=k in SENSITIVE_KEYS,
                   synonyms=tuple(build(synonym_cls, name=n, value=sv, source=ss)
                                  for n, sv, ss in synonyms(k, info.configs, broker.config))
                   if topic and request.include_synonyms else (),
