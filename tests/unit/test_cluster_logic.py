@@ -43,6 +43,10 @@ def test_znode_json_round_trips_in_kafkas_layout():
     state = znodes.PartitionState(2, 5, (2, 0), 3)
     assert znodes.decode_state(znodes.encode_state(state), 7) == state.with_(version=7)
     assert znodes.decode_broker(4, znodes.encode_broker(znodes.BrokerInfo(4, "h", 9, "r1"))).rack == "r1"
+    import json
+    two = znodes.BrokerInfo(4, "h", 9, None, (("INTERNAL", "h", 9), ("EXTERNAL", "e", 19)))
+    registered = json.loads(znodes.encode_broker(two, {"INTERNAL": "SASL_SSL", "EXTERNAL": "SSL"}))
+    assert registered["listener_security_protocol_map"] == {"INTERNAL": "SASL_SSL", "EXTERNAL": "SSL"}
     assert len(znodes.topic_id_text(tid)) == 22  # Kafka's Uuid.toString()
 
 

@@ -104,7 +104,8 @@ class ReplicaManager:
         path = znodes.broker_path(self.broker_id)
         for _ in range(int(self.broker.config["zookeeper.session.timeout.ms"] / 500) + 2):
             try:
-                await self.zk.call(self.zk.client.create, path, znodes.encode_broker(info), ephemeral=True)
+                data = znodes.encode_broker(info, self.broker.config["listener.security.protocol.map"])
+                await self.zk.call(self.zk.client.create, path, data, ephemeral=True)
                 log.info("registered broker %d at %s:%d in ZooKeeper", self.broker_id, host, port)
                 if not self.registered:  # roles wait for registration: a restarted broker must not act on
                     self.registered = True  # what it led before until its previous session has ended

@@ -89,9 +89,11 @@ class BrokerInfo:
         return None, -1
 
 
-def encode_broker(info: BrokerInfo) -> bytes:
+def encode_broker(info: BrokerInfo, protocols: dict[str, str] | None = None) -> bytes:
+    """``protocols``: listener name -> security protocol (``listener.security.protocol.map``)."""
     endpoints = info.endpoints or (("PLAINTEXT", info.host, info.port),)
-    return _dump({"listener_security_protocol_map": {name: "PLAINTEXT" for name, _, _ in endpoints},
+    return _dump({"listener_security_protocol_map": {name: (protocols or {}).get(name, "PLAINTEXT")
+                                                     for name, _, _ in endpoints},
                   "endpoints": [f"{name}://{host}:{port}" for name, host, port in endpoints], "jmx_port": -1,
                   "features": {}, "host": info.host, "port": info.port, "rack": info.rack,
                   "timestamp": str(int(time.time() * 1000)), "version": 5})
