@@ -325,7 +325,9 @@ def test_compaction_on_a_full_disk_leaves_no_partial_segment_and_the_cleaner_car
     topic = types.SimpleNamespace(configs={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
     broker = types.SimpleNamespace(log_dirs=[str(tmp_path)], logs=manager, topics=types.SimpleNamespace(
         get=lambda name: topic), config={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.5,
-                                         "log.cleaner.delete.retention.ms": 0})
+                                         "log.cleaner.delete.retention.ms": 0,
+                                         "log.cleaner.min.compaction.lag.ms": 0,
+                                         "log.cleaner.max.compaction.lag.ms": 2**63 - 1})
     cleaner = LogCleaner(broker)
     before = state(plog)
     refuse_temp_files(monkeypatch, ".cleaned")
