@@ -24,6 +24,8 @@ import logging
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from mirror.mirror import source_event
+
 log = logging.getLogger(__name__)
 TXN_TIMEOUT_MS = 30000
 API_TIMEOUT_S = 60
@@ -95,11 +97,7 @@ class ExactlyOnceStream:
         failures: list = []
         records = []
         for msg in msgs:
-            if msg.error():
-                if msg.error().fatal():
-                    raise KafkaException(msg.error())
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("source: %s", msg.error())
+            if source_event(msg):
                 continue
             positions[(msg.topic(), msg.partition())] = msg.offset() + 1
             if m.wanted(msg.topic()):

@@ -235,11 +235,7 @@ class Mirror:
                 pending.append((src[0], src[1], src[2], msg.offset()))
 
         for m in msgs:
-            if m.error():
-                if m.error().fatal():
-                    raise KafkaException(m.error())
-                if m.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("source: %s", m.error())
+            if source_event(m):
                 continue
             positions[(m.topic(), m.partition())] = m.offset() + 1
             if not self.wanted(m.topic()):
@@ -331,6 +327,19 @@ class Mirror:
                     self.counters.lag[f"{tp.topic}-{tp.partition}"] = lag
         except KafkaException:
             pass
+
+
+def source_event(m) -> bool:
+    """True for a consumed error event rather than a record: logged (end of partition silently), or raised when
+    fatal."""
+    error = m.error()
+    if error is None:
+        return False
+    if error.fatal():
+        raise KafkaException(error)
+    if error.code() != KafkaError._PARTITION_EOF:
+        log.warning("source: %s", error)
+    return True
 
 
 def _close(consumer: Consumer | None, producer: Producer | None) -> None:

@@ -5,7 +5,7 @@ mirror, ``logbus up`` again; then the load DAG triggered through Airflow's REST 
 every tier for the windows closed before and after the failures (loads' report, audit service, Airflow page);
 ``logbus down`` leaves no process behind.
 
-It is also the chaos run (``-m chaos``, tests/chaos.py): after those failures, ``LOGBUS_CHAOS_ROUNDS`` rounds (3 by
+It is also the chaos run (``-m chaos``, tests/chaos.py): after those failures, ``LOGBUS_CHAOS_ROUNDS`` rounds (2 by
 default) of one random fault each, while an ``acks=all`` producer keeps a ledger of every acknowledged record on
 live; the mirror reaches live through TCP proxies the test cuts (the topology's ``wan_network``) and one live
 broker's log dir is a small tmpfs the test fills. At the end every record of the ledger is read back in order and
@@ -29,7 +29,7 @@ from support import REPO, Ledger, free_port, wait_until
 from tcp_proxy import TcpProxy
 from topology_checks import SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, run_dag, wait_recovered
 
-ROUNDS = int(os.environ.get("LOGBUS_CHAOS_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("LOGBUS_CHAOS_ROUNDS", "2"))
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(1200 + 900 * ROUNDS)]
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -35,6 +36,14 @@ def MirrorProcess(workdir: Path, source: str, target: str):
 
 @pytest.fixture
 def clusters(tmp_path):
+    with two_clusters(tmp_path) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def two_clusters(tmp_path, **offline_overrides):
+    """The live broker behind a TCP proxy (the WAN) and two offline brokers, one ZooKeeper; mirrors the test starts
+    go in ``made["mirrors"]`` and are stopped first."""
     zk = ZooKeeperProcess(tmp_path / "zk").start()
     proxy_port = free_port("127.0.1.2")
     live = BrokerProcess(tmp_path / "live", 0, host="127.0.1.1", zookeeper_connect=zk.connect + "/live",
@@ -42,7 +51,8 @@ def clusters(tmp_path):
     live.settings["advertised.listeners"] = f"PLAINTEXT://127.0.1.2:{proxy_port}"  # clients go through the WAN
     offline = [BrokerProcess(tmp_path / f"offline{i}", i, host=f"127.0.2.{i + 1}",
                              zookeeper_connect=zk.connect + "/offline", group_initial_rebalance_delay_ms=0,
-                             default_replication_factor=2, zookeeper_session_timeout_ms=3000) for i in range(2)]
+                             default_replication_factor=2, zookeeper_session_timeout_ms=3000, **offline_overrides)
+               for i in range(2)]
     proxy = TcpProxy("127.0.1.2", proxy_port, live.host, live.port).start()
     mirrors: list = []
     try:

@@ -12,10 +12,9 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from support import BrokerProcess, ZooKeeperProcess, free_port, mirror_process, wait_until
-from tcp_proxy import TcpProxy
+from support import mirror_process, wait_until
 
-from test_mirror import produce
+from test_mirror import produce, two_clusters
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 COUNT = 60_000
@@ -25,31 +24,8 @@ TXN = dict(transaction_state_log_num_partitions=5, transaction_state_log_replica
 
 @pytest.fixture
 def clusters(tmp_path):
-    zk = ZooKeeperProcess(tmp_path / "zk").start()
-    proxy_port = free_port("127.0.1.2")
-    live = BrokerProcess(tmp_path / "live", 0, host="127.0.1.1", zookeeper_connect=zk.connect + "/live",
-                         num_partitions=3, group_initial_rebalance_delay_ms=0)
-    live.settings["advertised.listeners"] = f"PLAINTEXT://127.0.1.2:{proxy_port}"
-    offline = [BrokerProcess(tmp_path / f"offline{i}", i, host=f"127.0.2.{i + 1}",
-                             zookeeper_connect=zk.connect + "/offline", group_initial_rebalance_delay_ms=0,
-                             default_replication_factor=2, zookeeper_session_timeout_ms=3000, **TXN)
-               for i in range(2)]
-    proxy = TcpProxy("127.0.1.2", proxy_port, live.host, live.port).start()
-    mirrors: list = []
-    try:
-        live.start()
-        for b in offline:
-            b.start()
-        yield {"live": f"127.0.1.2:{proxy_port}", "offline": ",".join(b.bootstrap for b in offline),
-               "offline_brokers": offline, "proxy": proxy, "dir": tmp_path, "mirrors": mirrors}
-    finally:
-        for m in mirrors:
-            m.stop()
-        live.stop()
-        for b in offline:
-            b.stop()
-        proxy.close()
-        zk.stop()
+    with two_clusters(tmp_path, **TXN) as made:
+        yield made
 
 
 def copies(bootstrap: str, topic: str, isolation: str) -> dict[int, list[int]]:

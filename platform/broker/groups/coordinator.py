@@ -298,20 +298,31 @@ class GroupCoordinator:
             self.offsets[group_id] = await self.store.load(group_id)
         return self.offsets[group_id]
 
-    async def commit(self, group_id: str, member_id: str, generation: int,
-                     offsets: dict[tuple[str, int], tuple[int, str]], instance_id: str | None = None) -> ErrorCode:
+    def check_committer(self, group_id: str, member_id: str, generation: int,
+                        instance_id: str | None) -> tuple[ErrorCode, Group | None]:
+        """The checks an OffsetCommit and a TxnOffsetCommit share: this broker coordinates the group, and a commit
+        that names a member or generation names the current ones (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+        FENCED_INSTANCE_ID). Returns (error, the group if it exists)."""
         try:
             self.check(group_id)
         except GroupError as exc:
-            return exc.error
+            return exc.error, None
         group = self.groups.get(group_id)
         if generation >= 0 or member_id or instance_id is not None:
             if group is None:
-                return ErrorCode.unknown_member_id if member_id else ErrorCode.illegal_generation
+                return (ErrorCode.unknown_member_id if member_id else ErrorCode.illegal_generation), None
             try:
                 group.check_member(member_id, generation, instance_id)
             except GroupError as exc:
-                return exc.error
+                return exc.error, group
+        return ErrorCode.none, group
+
+    async def commit(self, group_id: str, member_id: str, generation: int,
+                     offsets: dict[tuple[str, int], tuple[int, str]], instance_id: str | None = None) -> ErrorCode:
+        error, group = self.check_committer(group_id, member_id, generation, instance_id)
+        if error != ErrorCode.none:
+            return error
+        if generation >= 0 or member_id or instance_id is not None:
             if group.state == COMPLETING:
                 return ErrorCode.rebalance_in_progress
             group.members[member_id].last_heartbeat = time.monotonic()

@@ -19,7 +19,6 @@ import os
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from broker.cluster.znodes import node_name
-from broker.groups.group import GroupError
 from broker.log.storage_errors import replace_file
 from broker.protocol.messages import ErrorCode
 
@@ -159,19 +158,9 @@ class TxnOffsets:
     async def commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
                      instance_id: str | None, offsets: Offsets) -> ErrorCode:
         """TxnOffsetCommit on the group's coordinator: checked like OffsetCommit, kept pending."""
-        groups = self.broker.groups
-        try:
-            groups.check(group_id)
-        except GroupError as exc:
-            return exc.error
-        group = groups.groups.get(group_id)
-        if generation >= 0 or member_id or instance_id is not None:
-            if group is None:
-                return ErrorCode.unknown_member_id if member_id else ErrorCode.illegal_generation
-            try:
-                group.check_member(member_id, generation, instance_id)
-            except GroupError as exc:
-                return exc.error
+        error, _group = self.broker.groups.check_committer(group_id, member_id, generation, instance_id)
+        if error != ErrorCode.none:
+            return error
         try:
             known = (await self.pending.get(group_id)).get(producer_id)
             if known is not None and known[0] > producer_epoch:
