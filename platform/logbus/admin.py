@@ -21,7 +21,9 @@ class AdminError(Exception):
 def _admin(bootstrap: str):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    # log_level 3: librdkafka's informational lines (e.g. "Purging 1 unserved events" at destruction) would break
+    # the CLI's one-line errors on stderr
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 3})
 
 
 def _result(future, what: str):
