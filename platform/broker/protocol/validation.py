@@ -153,19 +153,19 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
     if smallest > len(body):
         raise InvalidRecord(f"{count} records cannot fit in {len(body)} decompressed bytes")
     expected = 0
+    base_timestamp = _BASE.unpack_from(batch, 27)[0] if bounds is not None else 0  # read once per batch
     for _start, _end, ts_delta, offset_delta, _key_start, key_length, _value_length in iter_records(body, count):
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
         if compacted and key_length < 0:
             raise InvalidRecord("compacted topic: every record needs a key")
         if bounds is not None:
-            _check_timestamp(batch, ts_delta, offset_delta, bounds)
+            _check_timestamp(batch, base_timestamp + ts_delta, offset_delta, bounds)
         expected += 1
     return len(body)
 
 
-def _check_timestamp(batch, ts_delta: int, offset_delta: int, bounds: tuple[int, int]) -> None:
-    timestamp = _BASE.unpack_from(batch, 27)[0] + ts_delta
+def _check_timestamp(batch, timestamp: int, offset_delta: int, bounds: tuple[int, int]) -> None:
     low, high = bounds
     if timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
         offset = _BASE.unpack_from(batch, 0)[0] + offset_delta
