@@ -40,6 +40,18 @@ def _configs(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _acls(args: argparse.Namespace) -> int:
+    from logbus.acls import run
+
+    return run(args)
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from logbus.certs import run
+
+    return run(args)
+
+
 def _reassign(args: argparse.Namespace) -> int:
     from logbus.admin import reassign, run
 
@@ -225,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_argument("--add-config", metavar="'SCRAM-SHA-512=[password=...]'")
     configs.add_argument("--delete-config", metavar="SCRAM-SHA-512")
     configs.set_defaults(func=_configs)
+
+    from logbus import acls as acls_cli, certs as certs_cli
+
+    acls = verbs.add_parser("acls", help="add, remove or list ACLs (as kafka-acls.sh)")
+    acls_cli.add_arguments(acls)
+    acls.set_defaults(func=_acls)
+    certs = verbs.add_parser("certs", help="make a private CA and the certificates of a secure topology")
+    certs_cli.add_arguments(certs)
+    certs.set_defaults(func=_certs)
 
     reassign = verbs.add_parser("reassign-partitions", help="move partition replicas (Kafka's reassignment JSON)")
     reassign.add_argument("--zookeeper", required=True, help="host:port/chroot of the cluster")
