@@ -63,7 +63,7 @@ class LoadConfig:
 
     @classmethod
     def load(cls, path: str, overrides: dict[str, str] | None = None) -> "LoadConfig":
-        from broker.config import ConfigError, parse_properties
+        from settings.properties import ConfigError, parse_properties
 
         try:
             values = parse_properties(Path(path).read_text())

@@ -67,7 +67,7 @@ class ServiceConfig:
 
     @classmethod
     def load(cls, path: str) -> "ServiceConfig":
-        from broker.config import ConfigError, parse_properties
+        from settings.properties import ConfigError, parse_properties
 
         try:
             return cls(parse_properties(Path(path).read_text()))

@@ -13,14 +13,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
+from settings.properties import ConfigError, parse_properties  # noqa: F401  (re-exported)
+
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = {p: p for p in SECURITY_PROTOCOLS}
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
-
-
-class ConfigError(ValueError):
-    """A key is unknown or its value is invalid."""
 
 
 def _int(lo: int | None = None):
@@ -426,20 +424,3 @@ class BrokerConfig:
         """(host, port) to bind of the inter-broker listener."""
         first = next(x for x in self.listeners if x.name == self.inter_broker_listener)
         return first.host, first.port
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """A subset of java.util.Properties: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in stripped:
-                key, _, value = stripped.partition(sep)
-                out[key.strip()] = value.strip()
-                break
-        else:
-            raise ConfigError(f"line {lineno}: expected key=value, got {stripped!r}")
-    return out

@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from broker.config import ConfigError
+    from settings.properties import ConfigError
 
     try:
         return args.func(args)

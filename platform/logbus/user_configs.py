@@ -117,24 +117,13 @@ def _file(log_dir: str, user: str, add, delete: list[str], alter: bool) -> bytes
 
 def client_config(bootstrap: str, command_config: str | None) -> dict:
     """confluent-kafka settings from ``--bootstrap-server`` and a Kafka client properties file
-    (``--command-config``): security.protocol, sasl.mechanism, sasl.jaas.config (username/password),
-    ssl.truststore.location (PEM) are translated; other keys are passed to librdkafka as they are."""
-    from broker.config import parse_properties
-    from broker.security import jaas
+    (``--command-config``): Kafka's Java security keys are translated (settings.security); other keys are
+    passed to librdkafka as they are."""
+    from settings.properties import read_properties
+    from settings.security import librdkafka_config
 
-    conf = {"bootstrap.servers": bootstrap}
-    props = parse_properties(Path(command_config).read_text()) if command_config else {}
-    for key, value in props.items():
-        if key == "sasl.jaas.config":
-            options = jaas.parse(value)[0].options
-            conf["sasl.username"], conf["sasl.password"] = options.get("username", ""), options.get("password", "")
-        elif key == "ssl.truststore.location":
-            conf["ssl.ca.location"] = value
-        elif key in ("ssl.truststore.type", "ssl.truststore.password"):
-            continue
-        else:
-            conf[key] = value
-    return conf
+    props = read_properties(command_config) if command_config else {}
+    return {**librdkafka_config(props), "bootstrap.servers": bootstrap}
 
 
 def _through_broker(args, add, delete: list[str], alter: bool) -> int:

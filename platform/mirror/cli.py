@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def read_properties(path: str) -> dict[str, str]:
-    from broker.config import ConfigError, parse_properties
+    from settings.properties import ConfigError, parse_properties
 
     try:
         out = parse_properties(Path(path).read_text())
@@ -19,7 +19,12 @@ def read_properties(path: str) -> dict[str, str]:
         raise ValueError(f"{path}: {exc}") from None
     if "bootstrap.servers" not in out:
         raise ValueError(f"{path}: bootstrap.servers is required")
-    return out
+    from settings.security import librdkafka_config
+
+    try:
+        return librdkafka_config(out)  # Kafka's Java security keys work too
+    except ConfigError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def run(args) -> int:

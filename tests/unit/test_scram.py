@@ -5,7 +5,8 @@ import base64
 
 import pytest
 
-from broker.security import jaas, sasl, scram
+from broker.security import sasl, scram
+from settings import jaas
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from broker.security import jaas, scram
+from broker.security import scram
+from settings import jaas
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

@@ -1,0 +1,72 @@
+"""settings.security: one parser of a client's security keys, in Kafka's and librdkafka's names."""
+
+import ssl
+
+import pytest
+
+from settings.properties import ConfigError, parse_properties, read_properties
+from settings.security import ClientSecurity, librdkafka_config
+
+pytestmark = pytest.mark.unit
+
+JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="mirror" '
+        'password="s3cr=t;x";')
+
+
+def test_java_names_become_librdkafka_names():
+    props = {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+             "sasl.jaas.config": JAAS, "ssl.truststore.location": "/pki/ca.pem", "ssl.truststore.type": "PEM",
+             "group.id": "g"}
+    conf = librdkafka_config(props)
+    assert conf == {"bootstrap.servers": "b:9093", "group.id": "g", "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "mirror", "sasl.password": "s3cr=t;x",
+                    "ssl.ca.location": "/pki/ca.pem", "ssl.endpoint.identification.algorithm": "https"}
+
+
+def test_librdkafka_names_and_a_prefix():
+    props = {"kafkastore.security.protocol": "sasl_plaintext", "kafkastore.sasl.mechanisms": "PLAIN",
+             "kafkastore.sasl.username": "registry", "kafkastore.sasl.password": "pw", "kafkastore.topic": "_s"}
+    sec = ClientSecurity.from_properties(props, "kafkastore.")
+    assert (sec.protocol, sec.mechanism, sec.username, sec.password) == ("SASL_PLAINTEXT", "PLAIN", "registry", "pw")
+    assert sec.ssl_context() is None
+    assert sec.kafka_python() == {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                                  "sasl_plain_username": "registry", "sasl_plain_password": "pw"}
+    mine, rest = ClientSecurity.split(props, "kafkastore.")
+    assert rest == {"kafkastore.topic": "_s"} and len(mine) == 4
+
+
+def test_plaintext_without_security_keys_is_unchanged():
+    props = {"bootstrap.servers": "b:9092", "linger.ms": "5"}
+    assert librdkafka_config(props) == props
+    assert ClientSecurity.from_properties(props).librdkafka() == {"security.protocol": "PLAINTEXT"}
+
+
+def test_empty_endpoint_identification_turns_the_host_check_off():
+    sec = ClientSecurity.from_properties({"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": ""})
+    assert sec.check_hostname is False
+    context = sec.ssl_context()
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname is False
+    assert ClientSecurity.from_properties({"security.protocol": "SSL"}).check_hostname is True
+
+
+@pytest.mark.parametrize("props, words", [
+    ({"security.protocol": "TLS"}, "security.protocol=TLS"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI", "sasl.username": "a", "sasl.password": "b"},
+     "GSSAPI"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, "needs a user"),
+    ({"security.protocol": "SSL", "ssl.truststore.type": "JKS"}, "PEM files only"),
+    ({"security.protocol": "SASL_SSL", "sasl.jaas.config": "no module"}, "sasl.jaas.config"),
+])
+def test_bad_settings_name_the_key(props, words):
+    with pytest.raises(ConfigError, match=words):
+        ClientSecurity.from_properties(props)
+
+
+def test_properties_files(tmp_path):
+    path = tmp_path / "client.properties"
+    path.write_text("# a comment\nsecurity.protocol = SSL\n! another\nssl.ca.location: /ca.pem\n")
+    assert read_properties(path) == {"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"}
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_properties(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="line 1"):
+        parse_properties("no separator here")
