@@ -70,6 +70,19 @@ def _listeners(raw: str) -> list[str]:
     return items
 
 
+def _ip_overrides(raw: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host-or-ip:count`` pairs, comma-separated."""
+    from broker.network.quotas import normal_host
+
+    out: dict[str, int] = {}
+    for item in _list(raw):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"{item!r}: expected host:count")
+        out[normal_host(host.strip())] = int(count)
+    return out
+
+
 def _protocol_map(raw: str) -> dict[str, str]:
     out = {}
     for item in _list(raw):
@@ -134,6 +147,8 @@ def listener_scoped_key(name: str) -> Key | None:
     if match is None:
         return None
     rest = match.group(2)
+    if rest == "max.connections":
+        return KEYS[rest]
     for key in SECURITY_KEYS:
         if key.name == rest:
             return key
@@ -183,6 +198,13 @@ KEYS: dict[str, Key] = {
         Key("socket.request.max.bytes", _int(1), 104857600, "Largest request frame accepted."),
         Key("queued.max.request.bytes", _int(-1), 209715200, "Bytes of large request frames (over 1 MiB) read "
             "or being handled at once, across all connections; -1: unbounded (Kafka's default)."),
+        Key("max.connections", _int(0), 2**31 - 1, "Connections the broker keeps open at once, over every listener "
+            "but the inter-broker one (KIP-402); also per listener as listener.name.<listener>.max.connections. "
+            "A connection over the limit is closed at once."),
+        Key("max.connections.per.ip", _int(0), 2**31 - 1, "Connections one IP address may keep open at once; "
+            "more are closed at once."),
+        Key("max.connections.per.ip.overrides", _ip_overrides, {}, "Per-host or per-IP exceptions to "
+            "max.connections.per.ip: host:count,ip:count."),
         Key("max.broker.partitions", _int(-1), -1, "Partitions one broker may host (KIP-578's name); -1: what the "
             "open-file limit allows, (RLIMIT_NOFILE - 1024) / 4."),
         Key("zookeeper.connect", _str, None, "ZooKeeper host:port[/chroot]: cluster mode (none: standalone)."),

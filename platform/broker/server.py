@@ -30,6 +30,7 @@ from broker.metadata.topics import (
     validate_topic_configs,
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
+from broker.network.quotas import ConnectionQuotas
 from broker.protocol.messages import ErrorCode
 from broker.shutdown import EXIT_GRACE_S, STOP_STEP_TIMEOUT_S, StopSignals, Watchdog
 
@@ -376,9 +377,10 @@ class Broker:
             log.error("%d partition(s) offline (KAFKA_STORAGE_ERROR until repaired): %s", len(self.logs.offline),
                       ", ".join(f"{t}-{p}" for t, p in sorted(self.logs.offline)))
         pool = MemoryPool(self.config["queued.max.request.bytes"])  # shared by every listener
+        self.connection_quotas = ConnectionQuotas.from_config(self.config)  # likewise
         for spec in self.config.listeners:
             listener = KafkaListener(self, spec.host, spec.port, self.config["socket.request.max.bytes"], pool,
-                                     name=spec.name)
+                                     name=spec.name, quotas=self.connection_quotas)
             await listener.start()
             self.listeners[spec.name] = listener
         if self.cluster is not None:

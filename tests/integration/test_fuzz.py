@@ -26,10 +26,10 @@ the summary, not failed on.
 
 Settings (environment variables):
 
-- ``LOGBUS_FUZZ_EXAMPLES``: generated cases (default 10000: about 12 ms each, so about 2-3 minutes for the
-  whole file on a 2-core machine). Setting it also lifts the default time budget: e.g.
-  ``LOGBUS_FUZZ_EXAMPLES=50000`` for a longer local run.
-- ``LOGBUS_FUZZ_SECONDS``: time budget of the generated cases (default 150 s without LOGBUS_FUZZ_EXAMPLES,
+- ``LOGBUS_FUZZ_EXAMPLES``: generated cases (default 3000, drawn over every advertised API key and version:
+  about 12 ms each, so about a minute for the whole file on a 2-core machine; bench/fuzz_run.py runs 20,000).
+  Setting it also lifts the default time budget: e.g. ``LOGBUS_FUZZ_EXAMPLES=50000`` for a longer local run.
+- ``LOGBUS_FUZZ_SECONDS``: time budget of the generated cases (default 45 s without LOGBUS_FUZZ_EXAMPLES,
   none with it): on a slower machine the cases left when it runs out are skipped and counted, so the run stays
   bounded; the cases are the same on every run, only where the run stops may differ.
 - ``LOGBUS_FUZZ_SEED``: a hypothesis seed (default: derandomized, the same cases on every run).
@@ -75,8 +75,8 @@ import fuzzing
 from rawclient import RawClient, request_module
 
 _EXAMPLES_SET = "LOGBUS_FUZZ_EXAMPLES" in os.environ
-EXAMPLES = int(os.environ.get("LOGBUS_FUZZ_EXAMPLES", "10000"))
-SECONDS = float(os.environ.get("LOGBUS_FUZZ_SECONDS", "0" if _EXAMPLES_SET else "150")) or None
+EXAMPLES = int(os.environ.get("LOGBUS_FUZZ_EXAMPLES", "3000"))
+SECONDS = float(os.environ.get("LOGBUS_FUZZ_SECONDS", "0" if _EXAMPLES_SET else "45")) or None
 SEED = os.environ.get("LOGBUS_FUZZ_SEED")
 COLLECT = os.environ.get("LOGBUS_FUZZ_COLLECT") == "1"
 SEEDS = os.environ.get("LOGBUS_FUZZ_SEEDS", "1") != "0"

@@ -17,6 +17,10 @@ can register its address before it serves; :meth:`~KafkaListener.serve` starts a
 stops accepting, cancels every connection and waits a bounded time, then aborts whatever is still open (a peer
 that stopped reading cannot hold a stopping broker).
 
+Connections over ``max.connections`` (the inter-broker listener exempt), a listener's own
+``listener.name.<listener>.max.connections`` or ``max.connections.per.ip`` are closed as soon as they are accepted
+(:mod:`broker.network.quotas`).
+
 Security: an SSL or SASL_SSL listener serves TLS (``broker.security.tls``); on a SASL_PLAINTEXT or SASL_SSL
 listener a connection may send only ApiVersions, SaslHandshake and SaslAuthenticate until it has
 authenticated (anything else closes it, as Kafka does). Each connection's :class:`Session` (principal, SASL
@@ -34,6 +38,7 @@ import os
 from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
 from broker.handlers.api_versions import unsupported_version_response
+from broker.network.quotas import ConnectionQuotas
 from broker.protocol import codec
 from broker.protocol.codec import MalformedRequest
 from broker.security import tls
@@ -90,13 +95,14 @@ current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar
 
 class KafkaListener:
     def __init__(self, broker, host: str, port: int, max_request_bytes: int, pool: MemoryPool | None = None,
-                 name: str = "PLAINTEXT"):
+                 name: str = "PLAINTEXT", quotas: ConnectionQuotas | None = None):
         self.broker = broker
         self.name = name
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
         self.pool = pool if pool is not None else MemoryPool(-1)
+        self.quotas = quotas if quotas is not None else ConnectionQuotas()
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._closing = False
@@ -147,10 +153,17 @@ class KafkaListener:
         if self._closing:  # accepted in the same loop pass as close()
             writer.transport.abort()
             return
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        refused = self.quotas.admit(self.name, ip)
+        if refused is not None:
+            if (count := sum(self.quotas.refused.values())) & (count - 1) == 0:  # 1st, 2nd, 4th, ...: a flood logs little
+                log.warning("closing connection from %s at once: %s (%d refused so far)", peer, refused, count)
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         self._connections[task] = writer
         current_listener.set(self.name)
-        peer = writer.get_extra_info("peername")
         ssl_object = writer.get_extra_info("ssl_object")
         session = Session(self.name, self.protocol,
                           tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS")
@@ -187,6 +200,7 @@ class KafkaListener:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             self._connections.pop(task, None)
+            self.quotas.release(self.name, ip)
             writer.close()
 
     @staticmethod
