@@ -70,3 +70,28 @@ def test_properties_files(tmp_path):
         read_properties(tmp_path / "missing")
     with pytest.raises(ConfigError, match="line 1"):
         parse_properties("no separator here")
+
+
+def test_config_providers_keep_secrets_out_of_config_files(tmp_path, monkeypatch):
+    (tmp_path / "secrets.properties").write_text("password=s3cret\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "token").write_text("tok-123\n")
+    monkeypatch.setenv("LOGBUS_TEST_USER", "mirror")
+    text = (
+        "config.providers=file,env,dir\n"
+        "config.providers.file.class=org.apache.kafka.common.config.provider.FileConfigProvider\n"
+        "config.providers.env.class=org.apache.kafka.common.config.provider.EnvVarConfigProvider\n"
+        "config.providers.dir.class=org.apache.kafka.common.config.provider.DirectoryConfigProvider\n"
+        f"sasl.jaas.config=x required username=\"${{env:LOGBUS_TEST_USER}}\" "
+        f"password=\"${{file:{tmp_path}/secrets.properties:password}}\";\n"
+        f"token=${{dir:{tmp_path}/dir:token}}\n"
+        "other=${vault:/a:b}\n")
+    props = parse_properties(text)
+    assert props == {"sasl.jaas.config": 'x required username="mirror" password="s3cret";', "token": "tok-123",
+                     "other": "${vault:/a:b}"}  # an alias not configured stays as written, as in Kafka
+    with pytest.raises(ConfigError, match="names nothing"):
+        parse_properties(text.replace(":password}", ":nope}"))
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_properties(text.replace("secrets.properties", "missing.properties"))
+    with pytest.raises(ConfigError, match="config.providers.x.class"):
+        parse_properties("config.providers=x\na=b\n")
