@@ -10,6 +10,9 @@
     audit.grace.ms=60000
     audit.tiers=live,offline,warehouse          report column order
     audit.cluster.<name>.bootstrap.servers=...  clusters whose _audit topic is reconciled
+    security.protocol, sasl.*, ssl.*            the job's Kafka client security (Kafka's or librdkafka's names),
+                                                used with every cluster above
+    schema.registry.basic.auth.user.info, schema.registry.ssl.ca.location   a secured registry
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import re
 from pathlib import Path
 
 from audit.collector import split_clusters
+from settings import registry_client
+from settings.properties import ConfigError
+from settings.security import ClientSecurity
 
 KNOWN = {"bootstrap.servers", "schema.registry.url", "warehouse.path", "topics", "topics.pattern",
          "load.max.records.per.partition", "audit.window.ms", "audit.grace.ms", "audit.tiers"}
@@ -31,6 +37,13 @@ class LoadConfig:
     def __init__(self, values: dict[str, str]):
         self.spark = {k: v for k, v in values.items() if k.startswith("spark.") and k != "spark.master"}
         self.audit_clusters, rest = split_clusters(values)
+        security, rest = ClientSecurity.split(rest)
+        registry, rest = registry_client.split(rest)
+        try:  # librdkafka's names of the security settings (none: PLAINTEXT, nothing added)
+            self.client_conf = ClientSecurity.from_properties(security).librdkafka() if security else {}
+        except ConfigError as exc:
+            raise LoadConfigError(str(exc)) from None
+        self.registry = registry_client.registry_conf(registry)
         unknown = [key for key in rest if key not in KNOWN and not key.startswith("spark.")]
         if unknown:
             raise LoadConfigError(f"unknown config key {unknown[0]!r}")

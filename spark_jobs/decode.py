@@ -99,10 +99,10 @@ def table_schema(reader_schema: dict | None) -> StructType:
 class Decoder:
     """Runs inside the source's ``read()`` (one per task); registry lookups cached per schema id."""
 
-    def __init__(self, registry_url: str, reader_schema: dict | None):
-        from confluent_kafka.schema_registry import SchemaRegistryClient
+    def __init__(self, registry: str | dict, reader_schema: dict | None):
+        from settings.registry_client import client
 
-        self.registry = SchemaRegistryClient({"url": registry_url})
+        self.registry = client(registry)  # a URL or SchemaRegistryClient settings
         self.reader_json = reader_schema
         self.reader = None
         self.writers: dict[int, object] = {}

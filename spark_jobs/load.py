@@ -53,7 +53,8 @@ def plan(config: LoadConfig, ledger: dict) -> dict[str, dict[str, list[int]]]:
     from spark_jobs.source import _Watermarks, consumer_config, plan_ranges
 
     offsets = ledger["offsets"]
-    marks = _Watermarks(consumer_config({"bootstrap.servers": config.bootstrap}))
+    marks = _Watermarks(consumer_config({"bootstrap.servers": config.bootstrap,
+                                         **{f"kafka.{k}": v for k, v in config.client_conf.items()}}))
     try:
         topics = [t for t in sorted(marks.topics()) if config.wants(t)]
         if not topics:
@@ -70,12 +71,13 @@ def plan(config: LoadConfig, ledger: dict) -> dict[str, dict[str, list[int]]]:
     return out
 
 
-def _reader_schema(registry_url: str, topic: str) -> dict | None:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+def _reader_schema(registry: dict, topic: str) -> dict | None:
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+    from settings.registry_client import client
+
     try:
-        latest = SchemaRegistryClient({"url": registry_url}).get_latest_version(f"{topic}-value")
+        latest = client(registry).get_latest_version(f"{topic}-value")
     except SchemaRegistryError as exc:
         if exc.http_status_code == 404:
             return None
@@ -90,8 +92,12 @@ def load_topic(spark, config: LoadConfig, staging: str, topic: str, ranges: dict
 
     from spark_jobs.decode import ERROR, META
 
-    reader = _reader_schema(config.registry_url, topic)
-    df = (spark.read.format("logbus").option("bootstrap.servers", config.bootstrap).option("subscribe", topic)
+    reader = _reader_schema(config.registry, topic)
+    secured = {f"kafka.{k}": v for k, v in config.client_conf.items()}  # Spark's habit: kafka.<consumer key>
+    secured.update({f"schema.registry.{k}": v for k, v in config.registry.items() if k not in ("url",
+                                                                                             "basic.auth.credentials.source")})
+    df = (spark.read.format("logbus").options(**secured).option("bootstrap.servers", config.bootstrap)
+          .option("subscribe", topic)
           .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
           .option("endingOffsets", json.dumps({topic: {p: r[1] for p, r in ranges.items()}}))
           .option("maxRecordsPerPartition", str(config.max_records_per_partition))
@@ -208,7 +214,8 @@ def reconcile_report(spark, config: LoadConfig, wh) -> dict:
     from audit.reconcile import reconcile
     from audit.render import render_page
 
-    store = read_once(config.audit_clusters, config.registry_url) if config.audit_clusters else None
+    store = (read_once(config.audit_clusters, config.registry, client_conf=config.client_conf)
+             if config.audit_clusters else None)
     events = (store.events() if store else []) + warehouse_events(wh)
     rows = [r.as_dict() for r in reconcile(events, int(time.time() * 1000), config.grace_ms, config.tiers)]
     rows = [r for r in rows if config.wants(r["topic"])]

@@ -64,7 +64,8 @@ class Range(InputPartition):
 
 OPTION_NAMES = ("bootstrap.servers", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
                 "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix", "valueFormat", "valueSchema",
-                "schema.registry.url")
+                "schema.registry.url", "schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
+                "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location")
 
 
 def normalize(options) -> dict:
@@ -207,8 +208,9 @@ class LogbusReader(DataSourceReader):
         yield from Decoder(registry_url, reader_schema).batches(batches, arrow_schema)
 
 
-def _decoding(options: dict) -> tuple[str, dict | None] | None:
-    """``valueFormat=confluent-avro`` (with ``schema.registry.url`` and the reader schema as ``valueSchema`` JSON,
+def _decoding(options: dict) -> tuple[dict, dict | None] | None:
+    """``valueFormat=confluent-avro`` (with ``schema.registry.url`` — and ``schema.registry.basic.auth.user.info``,
+    ``schema.registry.ssl.ca.location`` for a secured registry — and the reader schema as ``valueSchema`` JSON,
     ``null`` when the subject has none): decode in ``read()`` and output the warehouse columns of
     :func:`spark_jobs.decode.table_schema` instead of the raw record columns — one Python hop instead of two."""
     fmt = options.get("valueFormat")
@@ -218,8 +220,10 @@ def _decoding(options: dict) -> tuple[str, dict | None] | None:
         raise SourceError(f"valueFormat must be binary or confluent-avro, got {fmt!r}")
     if not options.get("schema.registry.url"):
         raise SourceError("valueFormat=confluent-avro needs the option schema.registry.url")
+    from settings.registry_client import registry_conf
+
     try:
-        return options["schema.registry.url"], json.loads(options.get("valueSchema") or "null")
+        return registry_conf(options), json.loads(options.get("valueSchema") or "null")
     except ValueError:
         raise SourceError("valueSchema must be the reader schema as JSON") from None
 

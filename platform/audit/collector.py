@@ -62,8 +62,9 @@ class Transient(Exception):
 
 
 class AuditDecoder:
-    def __init__(self, registry_url: str):
-        self.registry = SchemaRegistryClient({"url": registry_url})
+    def __init__(self, registry: str | dict):
+        """``registry``: the registry's URL, or SchemaRegistryClient settings (settings.registry_client)."""
+        self.registry = SchemaRegistryClient(dict(registry) if isinstance(registry, dict) else {"url": registry})
         self.writers: dict[int, dict] = {}
         self.lock = threading.Lock()
 
@@ -143,9 +144,10 @@ class ClusterReader(threading.Thread):
     """Follows ``_audit`` of one cluster into an :class:`AuditStore`."""
 
     def __init__(self, name: str, bootstrap: str, store: AuditStore, decoder: AuditDecoder,
-                 topic: str = AUDIT_TOPIC):
+                 topic: str = AUDIT_TOPIC, client_conf: dict | None = None):
         super().__init__(name=f"audit-reader-{name}", daemon=True)
         self.cluster, self.bootstrap, self.topic = name, bootstrap, topic
+        self.client_conf = client_conf or {}  # security settings (librdkafka's names)
         self.store, self.decoder = store, decoder
         self.stopping = threading.Event()
         self.positions: dict[int, int] = {}
@@ -172,7 +174,8 @@ class ClusterReader(threading.Thread):
                 self.stopping.wait(delay)
 
     def _follow(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"logbus-audit-service-{self.cluster}",
+        consumer = Consumer({**self.client_conf, "bootstrap.servers": self.bootstrap,
+                             "group.id": f"logbus-audit-service-{self.cluster}",
                              "enable.auto.commit": False, "socket.timeout.ms": 10000})
         assigned: set[int] = set()
         last_refresh = 0.0
@@ -226,10 +229,12 @@ class ClusterReader(threading.Thread):
         return False
 
 
-def read_to_end(bootstrap: str, topic: str, group_id: str, timeout_s: float = 60):
+def read_to_end(bootstrap: str, topic: str, group_id: str, timeout_s: float = 60, client_conf: dict | None = None):
     """Every record of ``topic`` from each partition's log start to its high watermark at the time it is reached
-    (a TimeoutError if the broker stops delivering before that); no topic, no records."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    (a TimeoutError if the broker stops delivering before that); no topic, no records. ``client_conf``: security
+    settings (librdkafka's names)."""
+    consumer = Consumer({**(client_conf or {}), "bootstrap.servers": bootstrap, "group.id": group_id,
+                         "enable.auto.commit": False})
     try:
         md = consumer.list_topics(timeout=20).topics.get(topic)  # naming no topic: never auto-creates it
         for p in (md.partitions if md else ()):
@@ -261,13 +266,13 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tupl
             time.sleep(0.5)
 
 
-def read_once(clusters: dict[str, str], registry_url: str, topic: str = AUDIT_TOPIC,
-              timeout_s: float = 60) -> AuditStore:
+def read_once(clusters: dict[str, str], registry: str | dict, topic: str = AUDIT_TOPIC,
+              timeout_s: float = 60, client_conf: dict | None = None) -> AuditStore:
     """Everything in ``topic`` of each cluster up to its high watermarks now, for batch jobs (the loads'
     reconcile step); malformed records are counted in the store, never fatal."""
-    store, decoder = AuditStore(), AuditDecoder(registry_url)
+    store, decoder = AuditStore(), AuditDecoder(registry)
     for name, bootstrap in clusters.items():
-        for m in read_to_end(bootstrap, topic, f"logbus-audit-batch-{name}", timeout_s):
+        for m in read_to_end(bootstrap, topic, f"logbus-audit-batch-{name}", timeout_s, client_conf):
             try:
                 store.add(decoder.decode(m.value()))
             except Malformed as exc:

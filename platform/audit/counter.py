@@ -42,10 +42,13 @@ log = logging.getLogger(__name__)
 
 
 class TierCounter:
-    def __init__(self, tier: str, consumer_config: dict, whitelist: str, registry_url: str,
+    def __init__(self, tier: str, consumer_config: dict, whitelist: str, registry_url: str | dict,
                  window_ms: int = 60000, emit_interval_ms: int = 5000, audit_bootstrap: str | None = None):
+        """``registry_url``: the registry's URL or SchemaRegistryClient settings (settings.registry_client)."""
         self.tier = tier
         self.bootstrap = consumer_config["bootstrap.servers"]
+        # the tier's security settings (librdkafka's names) serve its audit producer and recovery reads too
+        self.security = {k: v for k, v in consumer_config.items() if k.split(".")[0] in ("security", "sasl", "ssl")}
         # read_committed (librdkafka's default, said explicitly): records of aborted transactions (an exactly-once
         # mirror killed mid-batch) are never counted
         self.consumer_config = {"isolation.level": "read_committed", **consumer_config,
@@ -56,7 +59,8 @@ class TierCounter:
             raise ValueError(f"bad --whitelist: {exc}") from None
         self.window_ms = window_ms
         self.emit_interval = emit_interval_ms / 1000
-        self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), SCHEMA_STR)
+        self.serializer = AvroSerializer(SchemaRegistryClient(
+            dict(registry_url) if isinstance(registry_url, dict) else {"url": registry_url}), SCHEMA_STR)
         self.decoder = AuditDecoder(registry_url)
         self.audit_bootstrap = audit_bootstrap or self.bootstrap
         self.producer = self._new_producer()
@@ -70,7 +74,7 @@ class TierCounter:
     # ---- recovery -----------------------------------------------------------------------------------------------
     def recover(self) -> None:
         snapshots, last_round = [], None
-        for m in read_to_end(self.audit_bootstrap, AUDIT_TOPIC, "logbus-audit-recover"):
+        for m in read_to_end(self.audit_bootstrap, AUDIT_TOPIC, "logbus-audit-recover", client_conf=self.security):
             try:
                 event = self.decoder.decode(m.value())
             except Malformed:  # garbage, unknown schema id, ...: counted, never fatal
@@ -124,7 +128,8 @@ class TierCounter:
             self.producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
-        return Producer({"bootstrap.servers": self.audit_bootstrap, "acks": "all", "enable.idempotence": True,
+        return Producer({**self.security, "bootstrap.servers": self.audit_bootstrap, "acks": "all",
+                         "enable.idempotence": True,
                          "error_cb": lambda err: log.warning("tier %s: audit cluster: %s", self.tier, err)})
 
     def _count_until(self, stop, backoff: Backoff) -> None:

@@ -1,7 +1,8 @@
 """``AuditedProducer``: confluent-kafka's Producer with the paper's audit (§4), same API.
 
 Extra config keys: ``audit.window.ms`` (60000), ``audit.host`` (the machine's name), ``schema.registry.url``
-(required: the monitoring events are Avro). Every record gets its generation time (as its timestamp and in
+(required: the monitoring events are Avro) and the registry client's other ``schema.registry.*`` settings
+(``settings.registry_client``); Kafka's Java security keys are translated (``settings.security``). Every record gets its generation time (as its timestamp and in
 ``logbus.audit.time``), the host, this producer's id and a per-(producer, topic) sequence number in headers.
 For each topic and event-time window the producer counts messages, bytes and the sequence range, and publishes a
 monitoring event to ``_audit`` when a later window starts, and for every open window on ``flush()``.
@@ -14,9 +15,10 @@ import time
 import uuid
 
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from settings import registry_client
+from settings.security import librdkafka_config
 
 from audit.events import (
     AUDIT_TOPIC,
@@ -43,12 +45,12 @@ class AuditedProducer:
         config = dict(config)
         self.window_ms = int(config.pop("audit.window.ms", 60000))
         self.host = config.pop("audit.host", socket.gethostname())
-        registry_url = config.pop("schema.registry.url", None)
-        if not registry_url:
+        registry, config = registry_client.split(config)
+        if not registry.get("schema.registry.url"):
             raise ValueError("AuditedProducer needs schema.registry.url (the monitoring events are Avro)")
         self.producer_id = uuid.uuid4().hex
-        self._producer = Producer(config)
-        self._serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), SCHEMA_STR)
+        self._producer = Producer(librdkafka_config(config))  # Kafka's Java security keys work too
+        self._serializer = AvroSerializer(registry_client.client(registry_client.registry_conf(registry)), SCHEMA_STR)
         self._sequences: dict[str, int] = {}
         self._windows: dict[str, _Window] = {}
 

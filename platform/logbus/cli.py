@@ -90,8 +90,10 @@ def _audit_counter(args: argparse.Namespace) -> int:
     from audit.counter import TierCounter
     from mirror.cli import read_properties
 
+    from settings import registry_client
+
     try:
-        consumer = read_properties(args.consumer_config)
+        registry, consumer = registry_client.split(read_properties(args.consumer_config))
     except ValueError as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
@@ -100,7 +102,8 @@ def _audit_counter(args: argparse.Namespace) -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     try:
-        counter = TierCounter(args.tier, consumer, args.whitelist, args.schema_registry_url, args.window_ms,
+        counter = TierCounter(args.tier, consumer, args.whitelist,
+                              registry_client.registry_conf(registry, args.schema_registry_url), args.window_ms,
                               args.emit_interval_ms, args.audit_bootstrap)
     except (ValueError, KafkaException) as exc:  # a bad pattern or client setting: retrying cannot help
         reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
@@ -132,9 +135,11 @@ def _load(args: argparse.Namespace) -> int:
 
 def _demo_traffic(args: argparse.Namespace) -> int:
     from logbus.traffic import run
+    from settings.properties import read_properties
 
+    props = read_properties(args.command_config) if args.command_config else {}
     return run(args.bootstrap_server, args.schema_registry_url, args.rate, args.host_name, args.window_ms,
-               args.seconds)
+               args.seconds, props)
 
 
 def _airflow(args: argparse.Namespace) -> int:
@@ -314,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--host-name", default="frontend", help="audit.host of the events")
     traffic.add_argument("--window-ms", type=int, default=60000, help="audit.window.ms")
     traffic.add_argument("--seconds", type=float, help="stop after this long (default: until SIGTERM)")
+    traffic.add_argument("--command-config", help="client properties: security (Kafka's or librdkafka's names), "
+                         "schema.registry.basic.auth.user.info, schema.registry.ssl.ca.location, ...")
     traffic.set_defaults(func=_demo_traffic)
 
     airflow = verbs.add_parser("airflow", help="Airflow's db migrate, then its scheduler, dag-processor, api-server "

@@ -24,18 +24,23 @@ CLICK = {"type": "record", "name": "Click", "namespace": "logbus.demo", "fields"
 PAGES = ["/feed", "/jobs", "/jobs/view", "/in/profile", "/messaging", "/notifications", "/search"]
 
 
-def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: int, seconds: float | None = None) -> int:
+def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: int, seconds: float | None = None,
+        client_properties: dict | None = None) -> int:
+    """``client_properties``: a client's properties file (security keys, ``schema.registry.*`` settings)."""
     from audit import AuditedProducer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    registry = SchemaRegistryClient({"url": registry_url})
+    from settings import registry_client
+
+    registry_props, client_props = registry_client.split(client_properties or {})
+    registry = registry_client.client(registry_client.registry_conf(registry_props, registry_url))
     serializers = {"page-views": AvroSerializer(registry, json.dumps(PAGE_VIEW)),
                    "clicks": AvroSerializer(registry, json.dumps(CLICK))}
-    producer = AuditedProducer({"bootstrap.servers": bootstrap, "schema.registry.url": registry_url,
+    producer = AuditedProducer({**client_props, **registry_props, "bootstrap.servers": bootstrap,
+                                "schema.registry.url": registry_url,
                                 "audit.window.ms": window_ms, "audit.host": host, "linger.ms": 20,
                                 "acks": "all", "enable.idempotence": True})
     rng = random.Random()

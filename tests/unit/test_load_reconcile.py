@@ -110,7 +110,7 @@ def counted(start_ms, first, last):
 def report_for(monkeypatch, manifest, events, counts):
     import audit.collector
 
-    monkeypatch.setattr(audit.collector, "read_once", lambda clusters, registry_url: FakeStore(events))
+    monkeypatch.setattr(audit.collector, "read_once", lambda clusters, registry, **kw: FakeStore(events))
     wh = FakeWarehouse([manifest], counts)
     report = cycle.reconcile_report(FakeSpark(), config(), wh)
     assert json.loads(wh.files["mem://wh/_audit/report.json"]) == report

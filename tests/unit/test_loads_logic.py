@@ -75,9 +75,13 @@ def test_avro_schemas_become_spark_columns():
 def test_value_format_options():
     assert _decoding({}) is None and _decoding({"valueFormat": "binary"}) is None
     assert _decoding({"valueFormat": "confluent-avro", "schema.registry.url": "http://r",
-                      "valueSchema": '{"type": "string"}'}) == ("http://r", {"type": "string"})
+                      "valueSchema": '{"type": "string"}'}) == ({"url": "http://r"}, {"type": "string"})
+    secured = {"valueFormat": "confluent-avro", "schema.registry.url": "https://r",
+               "schema.registry.basic.auth.user.info": "loads:pw", "schema.registry.ssl.ca.location": "/ca.pem"}
+    assert _decoding(secured)[0] == {"url": "https://r", "basic.auth.user.info": "loads:pw",
+                                     "basic.auth.credentials.source": "USER_INFO", "ssl.ca.location": "/ca.pem"}
     assert _decoding({"valueFormat": "confluent-avro", "schema.registry.url": "http://r", "valueSchema": "null"}) == (
-        "http://r", None)
+        {"url": "http://r"}, None)
     for options, message in (({"valueFormat": "json"}, "binary or confluent-avro"),
                              ({"valueFormat": "confluent-avro"}, "schema.registry.url"),
                              ({"valueFormat": "confluent-avro", "schema.registry.url": "r", "valueSchema": "{"},
