@@ -21,6 +21,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from settings.security import client_base
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ class CheckpointWriter:
     """Shared by the mirror's streams (thread-safe). A flush that the target does not acknowledge keeps the
     checkpoints for the next one; it never fails the copy."""
 
-    def __init__(self, bootstrap: str, topic: str, source: str, interval_s: float):
+    def __init__(self, bootstrap: str | dict, topic: str, source: str, interval_s: float):
+        """``bootstrap``: the target's bootstrap servers, or a settings.security.connection() dict."""
         self.bootstrap, self.topic, self.source, self.interval = bootstrap, topic, source, interval_s
         self.latest: dict[tuple[str, int], tuple[int, int]] = {}
         self.dirty: set[tuple[str, int]] = set()
@@ -59,7 +61,7 @@ class CheckpointWriter:
     def _flush(self) -> bool:
         if self.producer is None:
             ensure_topic(self.bootstrap, self.topic)
-            self.producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all"})
+            self.producer = Producer({**client_base(self.bootstrap), "acks": "all"})
         failed: list = []
         sent = sorted(self.dirty)
         for topic, partition in sent:
@@ -79,8 +81,8 @@ class CheckpointWriter:
         self.maybe_flush(force=True)
 
 
-def ensure_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def ensure_topic(bootstrap: str | dict, topic: str) -> None:
+    admin = AdminClient(client_base(bootstrap))
     try:
         admin.create_topics([NewTopic(topic, 1, -1, config={"cleanup.policy": "compact"})])[topic].result(30)
     except KafkaException as exc:

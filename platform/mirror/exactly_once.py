@@ -43,12 +43,11 @@ class ExactlyOnceStream:
         self.mirror = mirror
         self.index = index
         self.backoff = backoff
-        target = mirror.producer_config["bootstrap.servers"]
         producer_config = {k: v for k, v in mirror.producer_config.items() if k != "message.timeout.ms"}
         self.producer = Producer({**producer_config, "transactional.id": transactional_id(
             mirror.source_name, mirror.instance_id, index), "transaction.timeout.ms": TXN_TIMEOUT_MS,
             "error_cb": lambda err: log.warning("target: %s", err)})
-        self.offsets = Consumer({"bootstrap.servers": target, "group.id": mirror.consumer_config["group.id"],
+        self.offsets = Consumer({**mirror.target, "group.id": mirror.consumer_config["group.id"],
                                  "enable.auto.commit": False, "isolation.level": "read_committed"})
         self.consumer = None
         self.next_offsets: dict[tuple[str, int], int] = {}  # for the lag while librdkafka's position is unknown

@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from logbus.retry import Backoff
 from mirror.checkpoints import CheckpointWriter
+from settings.security import connection
 
 log = logging.getLogger(__name__)
 SOURCE_HEADER, PARTITION_HEADER, OFFSET_HEADER = "logbus.mirror.source", "logbus.mirror.partition", \
@@ -97,12 +98,14 @@ class Mirror:
         self.stop_event = threading.Event()
         Producer(self.producer_config).flush(0)  # a bad setting fails here, once, not in every stream restart
         Consumer(self.consumer_config).close()
-        self.target_admin = AdminClient({"bootstrap.servers": self.producer_config["bootstrap.servers"]})
-        self.source_admin = AdminClient({"bootstrap.servers": self.consumer_config["bootstrap.servers"]})
+        self.target = connection(self.producer_config)  # bootstrap + security: the base of the other clients
+        self.source = connection(self.consumer_config)
+        self.target_admin = AdminClient(self.target)
+        self.source_admin = AdminClient(self.source)
         self.target_partitions: dict[str, int] = {}
         self._source_partition_cache: dict[str, int] = {}
         self.topics_lock = threading.Lock()
-        self.checkpoints = CheckpointWriter(self.producer_config["bootstrap.servers"], checkpoint_topic,
+        self.checkpoints = CheckpointWriter(self.target, checkpoint_topic,
                                             source_name, checkpoint_interval_s)
 
     # ---- topics ------------------------------------------------------------------------------------------------

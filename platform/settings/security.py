@@ -139,3 +139,16 @@ def librdkafka_config(props: dict[str, str], prefix: str = "") -> dict[str, str]
     if not mine:
         return dict(rest)
     return {**rest, **ClientSecurity.from_properties(mine, prefix).librdkafka()}
+
+
+def connection(conf: dict) -> dict:
+    """Where and how to connect, out of a client's librdkafka settings: ``bootstrap.servers`` and the security
+    settings (``security.*``, ``sasl.*``, ``ssl.*``) — the base of the other clients a service opens to the same
+    cluster (admin clients, offset readers)."""
+    return {k: v for k, v in conf.items()
+            if k == "bootstrap.servers" or k.split(".")[0] in ("security", "sasl", "ssl")}
+
+
+def client_base(where: str | dict) -> dict:
+    """librdkafka settings from a bootstrap string or a :func:`connection` dict."""
+    return {"bootstrap.servers": where} if isinstance(where, str) else dict(where)
