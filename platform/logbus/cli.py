@@ -52,6 +52,12 @@ def _certs(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _security_init(args: argparse.Namespace) -> int:
+    from logbus.secure_topology import run_init
+
+    return run_init(args.plan)
+
+
 def _reassign(args: argparse.Namespace) -> int:
     from logbus.admin import reassign, run
 
@@ -251,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     certs = verbs.add_parser("certs", help="make a private CA and the certificates of a secure topology")
     certs_cli.add_arguments(certs)
     certs.set_defaults(func=_certs)
+
+    security_init = verbs.add_parser("security-init", help="a secure topology's certificates, passwords, SCRAM "
+                                     "users and ACLs (run by logbus up / compose before the brokers)")
+    security_init.add_argument("plan", help="the plan.json the topology wrote")
+    security_init.set_defaults(func=_security_init)
 
     reassign = verbs.add_parser("reassign-partitions", help="move partition replicas (Kafka's reassignment JSON)")
     reassign.add_argument("--zookeeper", required=True, help="host:port/chroot of the cluster")

@@ -174,9 +174,11 @@ def airflow_healthy(host: str, port: int, path: str = "/api/v2/monitor/health", 
 
 
 def _healthy(s: Service, state: State) -> bool:
+    kind = s.health[0]
+    if kind == "init":  # a one-shot service: done once its marker exists
+        return (Path(s.health[1]) / "initialized").exists()
     if state.service_pid(s.name) is None:
         return False
-    kind = s.health[0]
     if kind == "zookeeper":  # serving: a standalone node, or an ensemble member with a quorum
         return zookeeper_mode(s.host, s.health[1]) in ("leader", "follower", "standalone")
     if kind == "airflow":  # the API up is not enough: its scheduler may be gone
@@ -190,6 +192,18 @@ def _healthy(s: Service, state: State) -> bool:
 
             with urllib.request.urlopen(f"http://{s.host}:{s.health[1]}{s.health[2]}", timeout=3) as r:
                 return 200 <= r.status < 300
+        if kind == "https":  # TLS with the topology's CA; an answer, 401 (login required) included, is healthy
+            import ssl
+            import urllib.error
+            import urllib.request
+
+            context = ssl.create_default_context(cafile=str(state.dir / "secrets" / "ca.pem"))
+            try:
+                with urllib.request.urlopen(f"https://{s.host}:{s.health[1]}{s.health[2]}", timeout=3,
+                                            context=context) as r:
+                    return 200 <= r.status < 300
+            except urllib.error.HTTPError as exc:
+                return exc.code == 401
     except OSError:
         return False
     return True
@@ -205,6 +219,16 @@ def _prepare(s: Service, state: State) -> None:
         if not passwords.exists():
             passwords.write_text(json.dumps({"admin": secrets.token_urlsafe(12)}))
             passwords.chmod(0o600)
+
+
+def _run_once(s: Service, state: State) -> bool:
+    """A one-shot service (a secure topology's security-init) in the foreground; True when it exited 0."""
+    _prepare(s, state)
+    env = dict(os.environ, **s.env, PYTHONPATH=os.pathsep.join([str(REPO / "platform"), str(REPO)]))
+    with open(state.log(s.name), "ab") as log:
+        done = subprocess.run(command(s), cwd=state.dir / s.name, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=300)
+    return done.returncode == 0
 
 
 def _launch(s: Service, state: State) -> int:
@@ -344,6 +368,12 @@ def up(topology: str | None, state_dir: str) -> int:
             if not _wait_healthy(by_name[dep], state):
                 print(f"logbus: {dep} is not healthy{_crashes(dep, state)}; see {state.log(dep)}", file=sys.stderr)
                 return 1
+        if s.kind == "init":
+            if not _run_once(s, state):
+                print(f"logbus: {s.name} failed; see {state.log(s.name)}", file=sys.stderr)
+                return 1
+            print(f"  {s.name:24} done", flush=True)
+            continue
         pid = state.running(s.name)
         if pid:
             print(f"  {s.name:24} already running (pid {pid})", flush=True)

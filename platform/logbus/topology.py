@@ -23,8 +23,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from logbus import secure_topology as secure
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "topology" / "default.json"
+SECURE = REPO / "topology" / "secure.json"  # the same with SASL_SSL, ACLs, HTTPS and logins (logbus.secure_topology)
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
 # (an ensemble's ZooKeeper nodes are .10, .11, ...)
 OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "audit": 40, "airflow": 50, "frontend": 100}
@@ -99,6 +102,10 @@ class _Names:
     def data_dir(self, service: str) -> str:
         return f"/var/lib/logbus/{service}" if self.target == "compose" else str(self.state / service / "data")
 
+    def secrets_dir(self) -> str:
+        """Passwords, the CA and certificates of a secure topology (compose: the ``secrets`` volume)."""
+        return "/etc/logbus/secrets" if self.target == "compose" else str(self.state / "secrets")
+
     def repo(self) -> str:
         return "/opt/logbus" if self.target == "compose" else str(REPO)
 
@@ -147,7 +154,22 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                            for i in range(1, int(dcs[dc].get("brokers", 1)) + 1)) if dc in wan else bootstrap[dc]
               for dc in dcs}
     primary = next((dc for dc, spec in dcs.items() if spec.get("registry") == "primary"), None)
-    registry_url = (f"http://{n.host(primary, 'registry')}:{n.port('registry', primary)}" if primary else None)
+    try:
+        sec = secure.enabled(topo)
+    except ValueError as exc:
+        raise TopologyError(str(exc)) from None
+    scheme = "https" if sec else "http"
+    secrets = n.secrets_dir() if sec else None
+    registry_url = (f"{scheme}://{n.host(primary, 'registry')}:{n.port('registry', primary)}" if primary else None)
+    def client(principal: str, prefix: str = "") -> dict:  # a Kafka client's security settings, if any
+        return secure.client_props(secrets, principal, prefix) if sec else {}
+
+    def registry_client(principal: str) -> dict:  # a registry client's credentials, if any
+        return secure.registry_client_props(secrets, principal) if sec else {}
+
+    init = []  # a secure topology's security-init service: what the brokers (and so everything) wait for
+    if sec:
+        init = ["security-init"]
     for dc, spec in dcs.items():
         count = _zookeeper_count(dc, spec)
         zookeepers = [n.zookeeper(dc, i, count) for i in range(1, max(count, 1) + 1)]
@@ -183,6 +205,12 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             else:
                 listeners = {"listeners": f"PLAINTEXT://{listen}:{port}",
                              "advertised.listeners": f"PLAINTEXT://{host}:{port}"}
+            if sec:  # the same listener names (PLAINTEXT renamed SASL_SSL), every one SASL_SSL, the ACL authorizer
+                listeners = {k: v.replace("PLAINTEXT", "SASL_SSL") for k, v in listeners.items()
+                             if k != "listener.security.protocol.map"}
+                names = [item.split("://")[0] for item in listeners["listeners"].split(",")]
+                listeners.update(secure.broker_props(secrets, name, names, listeners.get("inter.broker.listener.name",
+                                                                                       names[0])))
             config = {"broker.id": i, **listeners, "log.dirs": n.data_dir(name), "zookeeper.connect": f"{zk}/{dc}",
                       "num.partitions": spec.get("partitions", 3),
                       "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
@@ -190,7 +218,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                       **spec.get("broker_config", {})}
             out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
                                files={"server.properties": _props(config)},
-                               depends_on=[zk_name for zk_name, _ in zookeepers],
+                               depends_on=[zk_name for zk_name, _ in zookeepers] + init,
                                health=("tcp", port), port=port,
                                published=n.published_list("broker", dc, external, i) if target == "compose"
                                else []))
@@ -200,7 +228,9 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             name = f"{dc}-registry"
             host, port = n.host(dc, "registry"), n.port("registry", dc)
             store_dc = dc if role == "primary" else primary  # a read-only follower reads the primary's _schemas
-            config = {"listeners": f"http://{'0.0.0.0' if target == 'compose' else host}:{port}",
+            config = {"listeners": f"{scheme}://{'0.0.0.0' if target == 'compose' else host}:{port}",
+                      **client("registry" if role == "primary" else f"registry-{dc}", "kafkastore."),
+                      **(secure.registry_server_props(secrets, name) if sec else {}),
                       "kafkastore.bootstrap.servers": bootstrap[store_dc],
                       "kafkastore.topic.replication.factor": min(3, int(dcs[store_dc].get("brokers", 1))),
                       "mode": "READWRITE" if role == "primary" else "READONLY", "host.name": host}
@@ -210,7 +240,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "registry", host, ["schema-registry",
                                                              f"{n.config_dir(name)}/registry.properties"],
                                files={"registry.properties": _props(config)}, depends_on=deps,
-                               health=("http", port, "/subjects"), port=port, url=f"http://{host}:{port}",
+                               health=(scheme, port, "/subjects"), port=port, url=f"{scheme}://{host}:{port}",
                                published=n.published_list("registry", dc, port)))
         for source in spec.get("mirror_from", []):
             if source not in dcs:
@@ -223,8 +253,9 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                 *(["--exactly-once"] if spec.get("mirror_exactly_once") else [])],
                 # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
                 files={"consumer.properties": _props({"bootstrap.servers": remote[source],
-                                                      "group.id": f"mirror-{dc}", "session.timeout.ms": 10000}),
-                       "producer.properties": _props({"bootstrap.servers": bootstrap[dc]})},
+                                                      "group.id": f"mirror-{dc}", "session.timeout.ms": 10000,
+                                                      **client(f"mirror-{dc}")}),
+                       "producer.properties": _props({"bootstrap.servers": bootstrap[dc], **client(f"mirror-{dc}")})},
                 depends_on=broker_names + [f"{source}-broker{i}"
                                            for i in range(1, int(dcs[source].get("brokers", 1)) + 1)]))
         if spec.get("counter") and registry_url:
@@ -233,14 +264,18 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                 "audit-counter", "--tier", dc, "--consumer.config", f"{n.config_dir(name)}/consumer.properties",
                 "--whitelist", ".*", "--schema-registry-url", registry_url, "--window-ms", str(window),
                 "--emit-interval-ms", str(topo.get("audit_emit_interval_ms", 5000))],
-                files={"consumer.properties": _props({"bootstrap.servers": bootstrap[dc]})},
+                files={"consumer.properties": _props({"bootstrap.servers": bootstrap[dc], **client(f"counter-{dc}"),
+                                                      **registry_client(f"counter-{dc}")})},
                 depends_on=broker_names + [f"{primary}-registry"]))
         for i in range(1, int(spec.get("frontends", 0)) + 1):
             name = f"{dc}-frontend{i}"
             demo = topo.get("demo", {})
+            secured = ["--command-config", f"{n.config_dir(name)}/client.properties"] if sec else []
             out.append(Service(name, dc, "frontend", n.host(dc, "frontend", i), [
                 "demo-traffic", "--bootstrap-server", bootstrap[dc], "--schema-registry-url", registry_url,
-                "--rate", str(demo.get("rate", 100)), "--host-name", name, "--window-ms", str(window)],
+                "--rate", str(demo.get("rate", 100)), "--host-name", name, "--window-ms", str(window), *secured],
+                files={"client.properties": _props({**client("frontend"), **registry_client("frontend")})}
+                if sec else {},
                 depends_on=broker_names + [f"{primary}-registry"]))
     grace = int(topo.get("audit_grace_ms", 2 * window))
     audit_clusters = {dc: bootstrap[dc] for dc, spec in dcs.items() if spec.get("counter")}
@@ -249,19 +284,22 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
         if spec.get("audit_service"):
             name = f"{dc}-audit-service"
             host, port = n.host(dc, "audit"), n.port("audit", dc)
-            config = {"listeners": f"http://{'0.0.0.0' if target == 'compose' else host}:{port}",
+            config = {"listeners": f"{scheme}://{'0.0.0.0' if target == 'compose' else host}:{port}",
+                      **client("audit"), **registry_client("audit"),
+                      **(secure.audit_server_props(secrets, name) if sec else {}),
                       "schema.registry.url": registry_url, "audit.tiers": tiers, "audit.grace.ms": grace,
                       **{f"audit.cluster.{c}.bootstrap.servers": b for c, b in audit_clusters.items()}}
             out.append(Service(name, dc, "audit", host, ["audit-service", f"{n.config_dir(name)}/audit.properties"],
                                files={"audit.properties": _props(config)},
                                depends_on=[f"{c}-broker1" for c in audit_clusters] + [f"{primary}-registry"],
-                               health=("http", port, "/api/status"), port=port, url=f"http://{host}:{port}",
+                               health=(scheme, port, "/api/status"), port=port, url=f"{scheme}://{host}:{port}",
                                published=n.published_list("audit", dc, port)))
         if spec.get("airflow"):
             name = f"{dc}-airflow"
             host, port = n.host(dc, "airflow"), n.port("airflow", dc)
             data = n.data_dir(name)
             load = {"bootstrap.servers": bootstrap[dc], "schema.registry.url": registry_url,
+                    **client("loads"), **registry_client("loads"),
                     "warehouse.path": f"{data}/warehouse", "spark.master": "local[2]",
                     "audit.window.ms": window, "audit.grace.ms": grace, "audit.tiers": f"{tiers},warehouse",
                     **{f"audit.cluster.{c}.bootstrap.servers": b for c, b in audit_clusters.items()}}
@@ -287,12 +325,41 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                env=env, depends_on=broker_names + [f"{primary}-registry"],
                                health=("airflow", port, "/api/v2/monitor/health"), port=port,
                                url=f"http://{host}:{port}", published=n.published_list("airflow", dc, port)))
+    if sec:
+        out.append(_security_init(topo, n, secrets, out))
     names = {s.name for s in out}
     for s in out:
         missing = [d for d in s.depends_on if d not in names]
         if missing:
             raise TopologyError(f"{s.name} depends on {missing[0]}, which the topology does not define")
     return out
+
+
+def _security_init(topo: dict, n: _Names, secrets: str, svcs: list[Service]) -> Service:
+    """The one-shot service that makes a secure topology's secrets and stores users and ACLs in ZooKeeper."""
+    plan = secure.acl_plan(topo)
+    certificates = {}
+    for s in svcs:
+        if s.kind in ("broker", "registry", "audit"):
+            hosts = [s.host]
+            if n.target == "compose":
+                hosts += ["127.0.0.1", "localhost"]  # the published ports, reached from the host
+            elif topo["datacenters"][s.datacenter].get("wan_network") and s.kind == "broker":
+                hosts.append(f"{topo['datacenters'][s.datacenter]['wan_network']}.{s.name.rsplit('broker', 1)[1]}")
+            certificates[s.name] = hosts
+    zookeepers = {}
+    for dc, spec in topo["datacenters"].items():
+        count = _zookeeper_count(dc, spec)
+        nodes = [n.zookeeper(dc, i, count)[1] for i in range(1, max(count, 1) + 1)]
+        zookeepers[dc] = ",".join(f"{host}:{n.port('zookeeper', dc)}" for host in nodes) + f"/{dc}"
+    spec = {"secrets_dir": secrets, "principals": secure.principals(plan), "certificates": certificates,
+            "zookeepers": zookeepers, "acls": plan, "registry_users": secure.registry_users(plan)}
+    name = "security-init"
+    first = next(iter(topo["datacenters"]))
+    return Service(name, first, "init", name if n.target == "compose" else "127.0.0.1",
+                   ["security-init", f"{n.config_dir(name)}/plan.json"],
+                   files={"plan.json": json.dumps(spec, indent=1) + "\n"},
+                   depends_on=[s.name for s in svcs if s.kind == "zookeeper"], health=("init", secrets))
 
 
 def command(service: Service, target: str = "local") -> list[str]:

@@ -81,7 +81,8 @@ def test_one_zookeeper_node_runs_standalone_and_bad_counts_are_refused(tmp_path)
 
 
 def test_checked_in_compose_files_match_the_topology():
-    assert check() == [], "run: .venv/bin/logbus compose (then commit docker-compose.yml and docker/config)"
+    assert check() == [], ("run: .venv/bin/logbus compose; .venv/bin/logbus compose --topology topology/secure.json "
+                           "--output docker-compose.secure.yml --config-dir docker/config-secure (then commit)")
     text, files = render(load())
     assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 14
 
