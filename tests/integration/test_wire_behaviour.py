@@ -67,6 +67,24 @@ def test_pipelined_requests_answered_in_order_and_acks0_unanswered(broker, topic
     probe.close()
 
 
+def test_answers_to_a_pipelined_burst_leave_together_and_survive_a_bad_frame_after_them(broker, topic):
+    """Small responses to pipelined requests are written together (one send, not one each): 100 produce requests
+    in one write get 100 answers in order; answers owed before a frame that closes the connection still go out."""
+    client = RawClient(broker.host, broker.port)
+    client.send_bytes(b"".join(frame(0, 7, i, produce_body(topic, 1, [b"v%d" % i])) for i in range(1, 101)))
+    assert [struct.unpack_from(">i", client.recv_frame())[0] for _ in range(100)] == list(range(1, 101))
+    m = request_module(18, 0)
+    client.send_bytes(frame(18, 0, 101, m.ApiVersionsRequest()) + struct.pack(">ihhih", 10, 999, 0, 102, -1))
+    assert struct.unpack_from(">i", client.recv_frame())[0] == 101  # then the unknown api key closes the link
+    with pytest.raises(ConnectionError):
+        client.recv_frame()
+    client.close()
+    probe = RawClient(broker.host, broker.port)
+    resp = probe.request(1, 11, fetch_body(topic, 0, 0, 0))
+    assert resp.responses[0].partitions[0].high_watermark == 100
+    probe.close()
+
+
 def test_fetch_long_polls_until_data_or_max_wait(broker, topic):
     client = RawClient(broker.host, broker.port)
     started = time.monotonic()

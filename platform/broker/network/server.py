@@ -79,6 +79,41 @@ class MemoryPool:
                 self._freed.notify_all()
 
 
+class Responses:
+    """A connection's small responses, written together: the first one added schedules a flush for the event
+    loop's next pass, so the answers to every request handled in the meantime (pipelined frames that one ``recv``
+    delivered) leave in one ``send`` instead of one each. Order is kept: large file regions first flush what is
+    pending (:meth:`KafkaListener._write`). At most ``FLUSH_COUNT`` responses or ``FLUSH_BYTES`` wait."""
+
+    FLUSH_COUNT = 32
+    FLUSH_BYTES = 64 * 1024
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+        self.parts: list = []
+        self.size = 0
+        self.count = 0
+        self.scheduled = False
+
+    def add(self, parts: list) -> None:
+        for part in parts:
+            data = part if isinstance(part, (bytes, bytearray)) else part.read()
+            self.parts.append(data)
+            self.size += len(data)
+        self.count += 1
+        if self.count >= self.FLUSH_COUNT or self.size >= self.FLUSH_BYTES:
+            self.flush()
+        elif not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        if self.parts and not self.writer.transport.is_closing():
+            self.writer.transport.writelines(self.parts)
+        self.parts, self.size, self.count = [], 0, 0
+
+
 class Session:
     """One connection's security state."""
 
@@ -168,8 +203,11 @@ class KafkaListener:
         session = Session(self.name, self.protocol,
                           tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS")
         current_session.set(session)
+        responses = Responses(writer)
         try:
             while not self._closing:
+                if writer.transport.get_write_buffer_size() > STREAM_LIMIT:  # a client that does not read
+                    await writer.drain()
                 head = await reader.readexactly(4)
                 size = int.from_bytes(head, "big", signed=True)
                 if size < 0 or size > self.max_request_bytes:
@@ -187,8 +225,13 @@ class KafkaListener:
                 finally:
                     await self.pool.release(reserved)
                 if parts is not None:
-                    await self._write(writer, parts)
+                    if all(isinstance(p, (bytes, bytearray)) or p.size < SENDFILE_MIN_BYTES for p in parts):
+                        responses.add(parts)
+                    else:
+                        responses.flush()
+                        await self._write(writer, parts)
                 if session.close_after_response:
+                    responses.flush()
                     return
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -199,6 +242,7 @@ class KafkaListener:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
+            responses.flush()  # what was answered before an error or a close still goes out
             self._connections.pop(task, None)
             self.quotas.release(self.name, ip)
             writer.close()
