@@ -44,12 +44,21 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
         return error(422, f"Unprocessable entity: {exc.errors()[:1]}", 422)
 
     async def body(request: Request) -> dict:
+        """The JSON body, read chunk by chunk: past ``max.request.bytes`` the request is refused at once (413)
+        without reading the rest (a chunked body, or one longer than its Content-Length says); the server
+        then closes the connection, the body being unread."""
+        too_large = f"Request body larger than max.request.bytes ({max_request_bytes})"
         length = request.headers.get("content-length")
-        if length is not None and int(length) > max_request_bytes:
-            raise RegistryError(413, f"Request body larger than max.request.bytes ({max_request_bytes})")
-        raw = await request.body()
-        if len(raw) > max_request_bytes:
-            raise RegistryError(413, f"Request body larger than max.request.bytes ({max_request_bytes})")
+        if length is not None and (not length.strip().isdigit() or int(length) > max_request_bytes):
+            raise RegistryError(413 if length.strip().isdigit() else 400,
+                                too_large if length.strip().isdigit() else "Invalid Content-Length")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_request_bytes:
+                raise RegistryError(413, too_large)
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         try:
             data = json.loads(raw or b"{}")
         except ValueError:

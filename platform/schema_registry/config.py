@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
+from settings import http_auth, http_server
 from settings.properties import ConfigError, parse_properties
+from settings.security import KEYS as CLIENT_SECURITY_KEYS
+from settings.security import ClientSecurity
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 MODES = ("READWRITE", "READONLY")
@@ -20,7 +23,20 @@ KEYS = {
     "host.name": "127.0.0.1",
     "mode": "READWRITE",
     "max.request.bytes": "10485760",
+    # HTTP authentication, Confluent's keys (rest-utils); authentication.roles "*" is any user of the file
+    "authentication.method": "NONE",
+    "authentication.realm": "",
+    "authentication.roles": "*",
 }
+OPTIONAL = {
+    *http_server.SERVER_SSL_KEYS,  # the https listeners' key store, trust store, client authentication
+    "authentication.jaas.file",  # logbus: the JAAS config (Confluent: -Djava.security.auth.login.config)
+    "authentication.users.file",  # logbus: the PropertyFileLoginModule password file itself
+    "authentication.roles.write",  # logbus: roles that register schemas and delete (default: every role)
+    "authentication.roles.admin",  # logbus: roles that change /config and /mode (default: the write roles)
+    *(f"kafkastore.{k}" for k in CLIENT_SECURITY_KEYS),  # the store's Kafka client security
+}
+JAAS_ENV = ("SCHEMA_REGISTRY_OPTS", "KAFKA_OPTS")
 
 
 class RegistryConfigError(ValueError):
@@ -48,10 +64,11 @@ class RegistryConfig:
             if not sep:
                 raise RegistryConfigError(f"--override expects key=value, got {item!r}")
             raw[key.strip()] = value.strip()
-        unknown = set(raw) - set(KEYS)
+        unknown = set(raw) - set(KEYS) - OPTIONAL
         if unknown:
             raise RegistryConfigError(f"unknown config key {sorted(unknown)[0]!r}")
         values = {k: raw.get(k, v) for k, v in KEYS.items()}
+        values.update({k: v for k, v in raw.items() if k in OPTIONAL})
         if not values["kafkastore.bootstrap.servers"]:
             raise RegistryConfigError("kafkastore.bootstrap.servers is required")
         if values["schema.compatibility.level"].upper() not in LEVELS:
@@ -64,16 +81,94 @@ class RegistryConfig:
         except ValueError as exc:
             raise RegistryConfigError(str(exc)) from None
         cfg = cls(values)
-        cfg.listener  # validates
+        try:
+            cfg.listeners  # validates
+            http_server.check_ssl(values, cfg.listeners)
+            cfg.kafkastore_security
+            cfg.authenticator()
+        except ConfigError as exc:
+            raise RegistryConfigError(str(exc)) from None
         return cfg
 
     def __getitem__(self, key: str) -> str:
         return self.values[key]
 
+    def get(self, key: str) -> str | None:
+        value = self.values.get(key)
+        return value.strip() if isinstance(value, str) and value.strip() else None
+
+    @property
+    def listeners(self) -> list[http_server.Listener]:
+        return http_server.parse_listeners(self.values["listeners"])
+
     @property
     def listener(self) -> tuple[str, int]:
-        first = self.values["listeners"].split(",")[0].strip()
-        url = urlparse(first)
-        if url.scheme != "http" or not url.hostname or not url.port:
-            raise RegistryConfigError(f"listeners: expected http://host:port, got {first!r}")
-        return url.hostname, url.port
+        first = self.listeners[0]
+        return first.host, first.port
+
+    @property
+    def kafkastore_security(self) -> ClientSecurity:
+        """The store's Kafka client security (``kafkastore.security.protocol``, ``kafkastore.sasl.*``,
+        ``kafkastore.ssl.*``, Kafka's or librdkafka's names)."""
+        return ClientSecurity.from_properties(self.values, "kafkastore.")
+
+    def authenticator(self, environ: dict | None = None) -> http_auth.Authenticator | None:
+        """None for authentication.method=NONE; BASIC users from ``authentication.users.file``, or from the
+        JAAS config named by ``authentication.jaas.file`` or ``-Djava.security.auth.login.config=`` in
+        SCHEMA_REGISTRY_OPTS (Confluent's way), section ``authentication.realm``."""
+        method = self.values["authentication.method"].strip().upper()
+        if method not in ("NONE", "BASIC"):
+            raise ConfigError(f"authentication.method={method}: the registry takes NONE or BASIC")
+        if method == "NONE":
+            return None
+        realm = self.values["authentication.realm"].strip()
+        if self.get("authentication.users.file"):
+            users = http_auth.read_users(self.get("authentication.users.file"))
+        else:
+            environ = os.environ if environ is None else environ
+            jaas_file = self.get("authentication.jaas.file") or next(
+                (p for p in (http_auth.jaas_path_from_opts(environ.get(e)) for e in JAAS_ENV) if p), None)
+            if not jaas_file:
+                raise ConfigError("authentication.method=BASIC needs the users: a JAAS config "
+                                  "(SCHEMA_REGISTRY_OPTS=-Djava.security.auth.login.config=FILE or "
+                                  "authentication.jaas.file) or authentication.users.file")
+            users = http_auth.users_from_jaas(jaas_file, realm)
+        return http_auth.Authenticator(realm, users, allowed_roles=roles(self.values["authentication.roles"]))
+
+    def role_policy(self):
+        """``allowed(method, path, roles)`` for the logbus role split, None when it is not configured."""
+        write = roles(self.get("authentication.roles.write"))
+        admin = roles(self.get("authentication.roles.admin")) or write
+        if write is None and admin is None:
+            return None
+
+        def allowed(method: str, path: str, user_roles: frozenset[str]) -> bool:
+            need = operation(method, path)
+            if need == "read":
+                return True
+            if need == "write":
+                return write is None or bool(user_roles & (write | (admin or frozenset())))
+            return admin is None or bool(user_roles & admin)
+
+        return allowed
+
+
+def roles(value: str | None) -> frozenset[str] | None:
+    """A comma-separated role list; None for unset or ``*`` (any role)."""
+    names = frozenset(r.strip() for r in (value or "").split(",") if r.strip())
+    return None if not names or "*" in names else names
+
+
+def operation(method: str, path: str) -> str:
+    """``read``, ``write`` or ``admin``: GETs, schema lookups (POST /subjects/{s}) and compatibility checks read;
+    registering (POST /subjects/{s}/versions) writes; deletes and changes of /config and /mode administer."""
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return "read"
+    parts = [p for p in path.split("/") if p]
+    if method == "POST" and parts[:1] == ["compatibility"]:
+        return "read"
+    if method == "POST" and parts[:1] == ["subjects"] and len(parts) == 2:
+        return "read"
+    if method == "POST" and parts[:1] == ["subjects"]:
+        return "write"
+    return "admin"

@@ -32,8 +32,10 @@ log = logging.getLogger(__name__)
 
 
 class KafkaStore:
-    def __init__(self, bootstrap: str, topic: str, timeout_ms: int, replication_factor: int, create: bool):
+    def __init__(self, bootstrap: str, topic: str, timeout_ms: int, replication_factor: int, create: bool,
+                 security: dict | None = None):
         self.bootstrap = bootstrap
+        self.security = dict(security or {})  # librdkafka's security.protocol / sasl.* / ssl.* (kafkastore.*)
         self.topic = topic
         self.timeout = timeout_ms / 1000
         self.replication_factor = replication_factor
@@ -64,7 +66,7 @@ class KafkaStore:
                 log.warning("store %s on %s not ready (%s); trying again in %.1f s", self.topic, self.bootstrap,
                             reason, delay)
                 await asyncio.sleep(delay)
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+        self.producer = Producer({**self._base(), "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 0, "message.timeout.ms": max(int(self.timeout * 1000), 1000)})
         for target in (self._read, self._poll_producer):
             thread = threading.Thread(target=target, daemon=True, name=f"schemas-{target.__name__}")
@@ -74,8 +76,11 @@ class KafkaStore:
             await self._applied(end - 1)  # the reader retries on its own until it gets there
         log.info("replayed %d record(s) of %s", end, self.topic)
 
+    def _base(self) -> dict:
+        return {"bootstrap.servers": self.bootstrap, **self.security}
+
     def _ensure_topic(self, timeout: float) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(self._base())
         metadata = admin.list_topics(timeout=timeout)
         if self.topic in metadata.topics and not metadata.topics[self.topic].error:
             return
@@ -90,7 +95,7 @@ class KafkaStore:
                 raise
 
     def _end_offset(self, timeout: float) -> int:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "schema-registry-probe",
+        consumer = Consumer({**self._base(), "group.id": "schema-registry-probe",
                              "enable.auto.commit": False})
         try:
             return consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)[1]
@@ -117,7 +122,7 @@ class KafkaStore:
                 self._stop.wait(delay)
 
     def _follow(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "schema-registry",
+        consumer = Consumer({**self._base(), "group.id": "schema-registry",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 0})
         resume = self._read_to + 1 if self._read_to >= 0 else OFFSET_BEGINNING
         consumer.assign([TopicPartition(self.topic, 0, resume)])
