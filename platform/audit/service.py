@@ -14,6 +14,15 @@ Config (Java properties):
     audit.tiers=live,offline        # column order (tiers seen in events but not listed follow)
     audit.grace.ms=60000            # a window is pending until its end + grace
     audit.topic=_audit
+
+Security (README "Audit service"): ``listeners=https://...`` with the server's ``ssl.keystore.*``,
+``ssl.key.password``, ``ssl.client.authentication`` (settings.http_server); a login on every route but
+``/health``: ``authentication.method=BASIC`` (``authentication.users.file`` or ``authentication.jaas.file``, a Jetty
+password file as the registry's), ``BEARER`` (``authentication.bearer.tokens``) or ``BASIC,BEARER``;
+``authentication.realm``, ``authentication.roles``. The readers' Kafka client security: ``security.protocol``,
+``sasl.*``, ``ssl.truststore.location`` / ``ssl.ca.location``, ``ssl.certificate.location`` /
+``ssl.key.location`` (``ssl.keystore.*`` is the HTTPS server's); the registry client's:
+``schema.registry.basic.auth.user.info``, ``schema.registry.ssl.ca.location`` (Confluent's serializer names).
 """
 
 from __future__ import annotations
@@ -23,7 +32,6 @@ import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlparse
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -31,10 +39,19 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from audit.collector import AuditDecoder, AuditStore, ClusterReader, split_clusters
 from audit.reconcile import reconcile
 from audit.render import completeness_plot_png, render_page, tier_order
+from settings import http_auth, http_server, registry_client
+from settings.properties import ConfigError
+from settings.security import KEYS as CLIENT_SECURITY_KEYS
+from settings.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 DEFAULTS = {"listeners": "http://127.0.0.1:8090", "schema.registry.url": None, "audit.tiers": "",
             "audit.grace.ms": "60000", "audit.topic": "_audit"}
+AUTH_KEYS = ("authentication.method", "authentication.realm", "authentication.roles", "authentication.users.file",
+             "authentication.jaas.file", "authentication.bearer.tokens")
+SERVER_ONLY = ("ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.type",
+               "ssl.client.authentication")  # the HTTPS server's, not the Kafka client's
+REALM = "logbus-audit"
 
 
 class ServiceConfigError(ValueError):
@@ -44,7 +61,9 @@ class ServiceConfigError(ValueError):
 class ServiceConfig:
     def __init__(self, values: dict[str, str]):
         clusters, rest = split_clusters(values)
-        unknown = [key for key in rest if key not in DEFAULTS]
+        registry_keys, rest = registry_client.split(rest)
+        known = set(DEFAULTS) | set(AUTH_KEYS) | set(http_server.SERVER_SSL_KEYS) | CLIENT_SECURITY_KEYS
+        unknown = [key for key in rest if key not in known]
         if unknown:
             raise ServiceConfigError(f"unknown config key {unknown[0]!r}")
         if not clusters:
@@ -56,12 +75,21 @@ class ServiceConfig:
             self.grace_ms = int(merged["audit.grace.ms"])
         except ValueError:
             raise ServiceConfigError("audit.grace.ms must be an integer") from None
-        url = urlparse(merged["listeners"].split(",")[0].strip())
-        if url.scheme != "http" or not url.hostname or not url.port:
-            raise ServiceConfigError(f"listeners must look like http://host:port, got {merged['listeners']!r}")
-        self.host, self.port = url.hostname, url.port
+        try:
+            self.listeners = http_server.parse_listeners(merged["listeners"])
+            http_server.check_ssl(values, self.listeners)
+            self.authenticator = http_auth.from_properties(values, ("NONE", "BASIC", "BEARER"),
+                                                           default_realm=REALM)
+            client = {k: v for k, v in rest.items() if k in CLIENT_SECURITY_KEYS and k not in SERVER_ONLY}
+            self.client_conf = ClientSecurity.from_properties(client).librdkafka() if client else {}
+        except ConfigError as exc:
+            raise ServiceConfigError(str(exc)) from None
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
+        self.server_props = {k: v for k, v in values.items() if k in http_server.SERVER_SSL_KEYS}
         self.clusters = clusters
         self.registry_url = merged["schema.registry.url"]
+        self.registry_conf = registry_client.registry_conf(registry_keys, self.registry_url)
+        self.registry_conf.pop("basic.auth.credentials.source", None)  # the Python client refuses the Java key
         self.tiers = [t.strip() for t in merged["audit.tiers"].split(",") if t.strip()]
         self.topic = merged["audit.topic"]
 
@@ -101,8 +129,8 @@ class AuditService:
     def __init__(self, config: ServiceConfig):
         self.config = config
         self.store = AuditStore()
-        decoder = AuditDecoder(config.registry_url)
-        self.readers = [ClusterReader(name, bootstrap, self.store, decoder, config.topic)
+        decoder = AuditDecoder(config.registry_conf)
+        self.readers = [ClusterReader(name, bootstrap, self.store, decoder, config.topic, config.client_conf)
                         for name, bootstrap in config.clusters.items()]
 
     def start(self) -> None:
@@ -125,7 +153,12 @@ class AuditService:
 
 
 def create_app(service: AuditService):
+    """The routes, behind the configured login (``/health`` open)."""
     app = FastAPI(title="logbus audit", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
 
     def query(request: Request) -> list[dict] | JSONResponse:
         q = request.query_params
@@ -164,7 +197,9 @@ def create_app(service: AuditService):
                  + f". Windows are pending until their end + {s['grace_ms']} ms."]
         return HTMLResponse(render_page(rows, service.config.tiers, notes=notes))
 
-    return app
+    if service.config.authenticator is None:
+        return app
+    return http_auth.HttpAuth(app, service.config.authenticator, open_paths=("/health",))
 
 
 def run(path: str) -> int:
@@ -173,10 +208,13 @@ def run(path: str) -> int:
     config = ServiceConfig.load(path)
     service = AuditService(config)
     service.start()
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host=config.host, port=config.port,
-                                           log_level="warning", lifespan="off", access_log=False))
-    log.info("audit service on http://%s:%d reading %s from %s", config.host, config.port, config.topic,
-             ", ".join(f"{n}={b}" for n, b in config.clusters.items()))
+    listener = config.listeners[0]
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="off",
+                                           access_log=False, **http_server.uvicorn_kwargs(config.server_props,
+                                                                                            listener)))
+    log.info("audit service on %s reading %s from %s (authentication %s)", listener.url, config.topic,
+             ", ".join(f"{n}={b}" for n, b in config.clusters.items()),
+             "none" if config.authenticator is None else "required")
     try:
         server.run()
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,24 +115,7 @@ class RegistryConfig:
         """None for authentication.method=NONE; BASIC users from ``authentication.users.file``, or from the
         JAAS config named by ``authentication.jaas.file`` or ``-Djava.security.auth.login.config=`` in
         SCHEMA_REGISTRY_OPTS (Confluent's way), section ``authentication.realm``."""
-        method = self.values["authentication.method"].strip().upper()
-        if method not in ("NONE", "BASIC"):
-            raise ConfigError(f"authentication.method={method}: the registry takes NONE or BASIC")
-        if method == "NONE":
-            return None
-        realm = self.values["authentication.realm"].strip()
-        if self.get("authentication.users.file"):
-            users = http_auth.read_users(self.get("authentication.users.file"))
-        else:
-            environ = os.environ if environ is None else environ
-            jaas_file = self.get("authentication.jaas.file") or next(
-                (p for p in (http_auth.jaas_path_from_opts(environ.get(e)) for e in JAAS_ENV) if p), None)
-            if not jaas_file:
-                raise ConfigError("authentication.method=BASIC needs the users: a JAAS config "
-                                  "(SCHEMA_REGISTRY_OPTS=-Djava.security.auth.login.config=FILE or "
-                                  "authentication.jaas.file) or authentication.users.file")
-            users = http_auth.users_from_jaas(jaas_file, realm)
-        return http_auth.Authenticator(realm, users, allowed_roles=roles(self.values["authentication.roles"]))
+        return http_auth.from_properties(self.values, ("NONE", "BASIC"), JAAS_ENV, environ)
 
     def role_policy(self):
         """``allowed(method, path, roles)`` for the logbus role split, None when it is not configured."""

@@ -21,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -210,3 +211,46 @@ class HttpAuth:
             return await self.app(scope, receive, send)
         await send(start)
         await send(body)
+
+
+def from_properties(props: dict, methods: tuple[str, ...] = ("NONE", "BASIC"), jaas_env: tuple[str, ...] = (),
+                    environ: dict | None = None, default_realm: str = "") -> Authenticator | None:
+    """The :class:`Authenticator` of a service's properties (None for ``authentication.method=NONE``):
+    ``authentication.method`` (one of ``methods``, or several comma-separated), ``authentication.realm``,
+    ``authentication.roles`` (``*``: any user), BASIC users from ``authentication.users.file`` (the password file)
+    or from the JAAS config named by ``authentication.jaas.file`` or by ``-Djava.security.auth.login.config=`` in
+    one of the ``jaas_env`` variables (section ``authentication.realm``); BEARER tokens from
+    ``authentication.bearer.tokens`` (comma-separated; with a config provider, ``${file:...}``)."""
+    def get(key: str) -> str | None:
+        value = props.get(key)
+        return value.strip() if isinstance(value, str) and value.strip() else None
+
+    chosen = [m.strip().upper() for m in (get("authentication.method") or "NONE").split(",") if m.strip()]
+    for method in chosen:
+        if method not in methods:
+            raise ConfigError(f"authentication.method={method}: expected {' or '.join(methods)}")
+    if chosen == ["NONE"] or not chosen:
+        return None
+    if "NONE" in chosen:
+        raise ConfigError("authentication.method: NONE cannot be combined with another method")
+    realm = get("authentication.realm") or default_realm
+    users = None
+    if "BASIC" in chosen:
+        if get("authentication.users.file"):
+            users = read_users(get("authentication.users.file"))
+        else:
+            environ = environ if environ is not None else os.environ
+            jaas_file = get("authentication.jaas.file") or next(
+                (p for p in (jaas_path_from_opts(environ.get(e)) for e in jaas_env) if p), None)
+            if not jaas_file:
+                where = " or ".join([f"{e}=-D{JAAS_PROPERTY}=FILE" for e in jaas_env] + ["authentication.jaas.file"])
+                raise ConfigError(f"authentication.method=BASIC needs the users: a JAAS config ({where}) or "
+                                  "authentication.users.file")
+            users = users_from_jaas(jaas_file, realm)
+    tokens: tuple[str, ...] = ()
+    if "BEARER" in chosen:
+        tokens = tuple(t.strip() for t in (get("authentication.bearer.tokens") or "").split(",") if t.strip())
+        if not tokens:
+            raise ConfigError("authentication.method=BEARER needs authentication.bearer.tokens")
+    names = frozenset(r.strip() for r in (get("authentication.roles") or "*").split(",") if r.strip())
+    return Authenticator(realm, users, tokens, None if not names or "*" in names else names)

@@ -312,3 +312,74 @@ def test_https_listener_speaks_tls_only(primary, pki):
         with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
             assert tls.version() in ("TLSv1.2", "TLSv1.3")
             assert "registry" in str(tls.getpeercert()["subject"])
+
+
+@pytest.fixture(scope="module")
+def audit_service(tmp_path_factory, broker, primary, pki, users):
+    """The audit service on HTTPS with BASIC (the registry's password file) and a bearer token; its reader on the
+    SASL_SSL listener as SCRAM user ``audit``, its registry client on the primary over HTTPS as ``reader``."""
+    from support import LogbusProcess
+
+    _configs("--bootstrap-server", broker.bootstrap, "--alter", "--entity-type", "users", "--entity-name", "audit",
+             "--add-config", "SCRAM-SHA-512=[password=audit-kafka-pw]")
+    work = tmp_path_factory.mktemp("audit")
+    (work / "token.properties").write_text("token=tok-7f3a\n")
+    port = free_port()
+    (work / "audit.properties").write_text(
+        f"listeners=https://127.0.0.1:{port}\n"
+        "config.providers=file\n"
+        "config.providers.file.class=org.apache.kafka.common.config.provider.FileConfigProvider\n"
+        f"ssl.keystore.location={pki['registry']}\nssl.key.password=keypass\n"
+        f"authentication.method=BASIC,BEARER\nauthentication.users.file={users / 'password-file'}\n"
+        f"authentication.bearer.tokens=${{file:{work / 'token.properties'}:token}}\n"
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="audit" '
+        'password="audit-kafka-pw";\n'
+        f"ssl.truststore.location={pki['ca']}\n"
+        f"schema.registry.url={primary.urls[0]}\nschema.registry.basic.auth.user.info=reader:reader-pw\n"
+        "schema.registry.basic.auth.credentials.source=USER_INFO\n"
+        f"schema.registry.ssl.ca.location={pki['ca']}\n"
+        f"audit.cluster.live.bootstrap.servers=127.0.0.1:{broker.sasl_ssl}\n")
+    proc = LogbusProcess(work, "audit-service", ["audit-service", str(work / "audit.properties")]).start()
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60, proc=proc.proc)
+        proc.url = f"https://127.0.0.1:{port}"
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_audit_service_requires_a_login(audit_service, broker, primary, pki):
+    from audit.events import AUDIT_TOPIC, SCHEMA_STR
+    from confluent_kafka import Producer
+
+    url, ca = audit_service.url, ["--cacert", str(pki["ca"])]
+    assert curl(*ca, f"{url}/health")[0] == 200  # open, for health checks
+    for path in ("/api/report", "/api/status", "/", "/plot.png"):
+        status, headers, body = curl(*ca, url + path)
+        assert status == 401 and headers["www-authenticate"] == 'Basic realm="logbus-audit"', path
+        assert json.loads(body)["error_code"] == 401
+    assert curl(*ca, "-u", "reader:wrong", f"{url}/api/report")[0] == 401
+    assert curl(*ca, "-H", "Authorization: Bearer not-it", f"{url}/api/report")[0] == 401
+    assert curl(*ca, "-H", "Authorization: Bearer tok-7f3a", f"{url}/api/report")[0] == 200
+    assert curl(*ca, "-u", "reader:reader-pw", f"{url}/")[0] == 200
+    # an audit event written to _audit is read through SASL_SSL and decoded through the authenticated registry
+    writer = client(primary, pki, "writer", "writer-pw")
+    event = {"kind": "TIER", "tier": "live", "producer_id": "p1", "host": "h", "topic": "signups",
+             "window_start": 0, "window_end": 1000, "count": 3, "first_seq": 0, "last_seq": 2, "bytes": 30,
+             "sequences": [[0, 2]], "source": [], "emitted_at": 1}
+    value = AvroSerializer(writer, SCHEMA_STR)(event, SerializationContext(AUDIT_TOPIC, MessageField.VALUE))
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(AUDIT_TOPIC, value)
+    assert producer.flush(10) == 0
+
+    def status():
+        _, _, body = curl(*ca, "-u", "admin:admin-pw", f"{url}/api/status")
+        return json.loads(body)
+
+    deadline = time.monotonic() + 30
+    while status()["records_read"] < 1:
+        assert time.monotonic() < deadline, status()
+        time.sleep(0.3)
+    s = status()
+    assert s["malformed"] == 0 and s["clusters"]["live"]["error"] is None, s
