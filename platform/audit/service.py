@@ -209,9 +209,8 @@ def run(path: str) -> int:
     service = AuditService(config)
     service.start()
     listener = config.listeners[0]
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="off",
-                                           access_log=False, **http_server.uvicorn_kwargs(config.server_props,
-                                                                                            listener)))
+    server = uvicorn.Server(http_server.uvicorn_config(create_app(service), config.server_props, listener,
+                                                       log_level="warning", lifespan="off", access_log=False))
     log.info("audit service on %s reading %s from %s (authentication %s)", listener.url, config.topic,
              ", ".join(f"{n}={b}" for n, b in config.clusters.items()),
              "none" if config.authenticator is None else "required")

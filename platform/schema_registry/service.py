@@ -35,8 +35,8 @@ async def serve(config: RegistryConfig) -> None:
     store.apply = registry.apply
     await store.start()
     app = build_app(config, registry)
-    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                                             **http_server.uvicorn_kwargs(config.values, listener)))
+    servers = [uvicorn.Server(http_server.uvicorn_config(app, config.values, listener, log_level="warning",
+                                                         lifespan="off", access_log=False))
                for listener in config.listeners]
     log.info("schema registry on %s (topic %s, %s, default compatibility %s, authentication %s)",
              ", ".join(lst.url for lst in config.listeners), config["kafkastore.topic"], config["mode"].upper(),

@@ -132,3 +132,18 @@ def ssl_context(props: dict) -> ssl.SSLContext:
             Path(kw["ssl_certfile"]).unlink(missing_ok=True)
     context.verify_mode = kw["ssl_cert_reqs"]
     return context
+
+
+def uvicorn_config(app, props: dict, listener: Listener, **extra):
+    """A loaded uvicorn.Config serving ``app`` on ``listener``. uvicorn reads the key store while loading, so the
+    private PEM copy of a PKCS12 key store is removed at once."""
+    import uvicorn
+
+    kwargs = uvicorn_kwargs(props, listener)
+    config = uvicorn.Config(app, **kwargs, **extra)
+    try:
+        config.load()
+    finally:
+        if kwargs.get("ssl_certfile") and (_get(props, "ssl.keystore.type") or "PEM").upper() == "PKCS12":
+            Path(kwargs["ssl_certfile"]).unlink(missing_ok=True)
+    return config

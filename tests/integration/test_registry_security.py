@@ -383,3 +383,38 @@ def test_audit_service_requires_a_login(audit_service, broker, primary, pki):
         time.sleep(0.3)
     s = status()
     assert s["malformed"] == 0 and s["clusters"]["live"]["error"] is None, s
+
+
+def test_logbus_certs_key_store_and_a_wrong_store_password(tmp_path, broker, users, pki):
+    """The registry serves the PEM key store ``logbus certs`` writes (unencrypted key, no ssl.key.password, as the
+    secure topology configures it); a store user with a wrong password never serves and says why."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    subprocess.run([sys.executable, "-m", "logbus.cli", "certs", "--dir", str(tmp_path / "certs"), "--service",
+                    "registry:127.0.0.1,localhost", "--key-type", "ec-p256"], check=True, env=env, timeout=60,
+                   capture_output=True)
+    reg = start_registry(tmp_path / "r", broker.bootstrap, ["https"], kafkastore_topic="_schemas_certs",
+                         kafkastore_topic_replication_factor="1", ssl_keystore_type="PEM",
+                         ssl_keystore_location=str(tmp_path / "certs" / "registry.pem"),
+                         authentication_method="BASIC", authentication_realm="SchemaRegistry-Props",
+                         authentication_users_file=str(users / "password-file"))
+    try:
+        ca = ["--cacert", str(tmp_path / "certs" / "ca.pem")]
+        assert curl(*ca, "-u", "reader:reader-pw", f"{reg.urls[0]}/subjects")[0] == 200
+        assert curl(*ca, f"{reg.urls[0]}/subjects")[0] == 401
+    finally:
+        reg.stop()
+    bad = RegistryProcess(tmp_path / "bad", f"127.0.0.1:{broker.sasl_ssl}", kafkastore_security_protocol="SASL_SSL",
+                          kafkastore_sasl_mechanism="SCRAM-SHA-512", kafkastore_sasl_username="registry",
+                          kafkastore_sasl_password="wrong", kafkastore_ssl_ca_location=str(pki["ca"]))
+    config = bad.dir / "registry.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in bad.settings.items()))
+    proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "schema-registry", str(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(6)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", bad.port), timeout=1).close()
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=20)[0]
+    assert "Authentication failed" in output and "certificate verify failed" not in output, output[-2000:]
