@@ -284,6 +284,14 @@ def test_chunked_body_over_the_cap_is_refused_while_it_is_sent(primary):
         assert _read_response(sock, 3).startswith(b"HTTP/1.1 413")
     finally:
         sock.close()
+    # a Content-Length that lies low: only that many bytes are the body, the rest is no request (400, closed)
+    sock = _raw_http(http_port, head.replace(b"Transfer-Encoding: chunked", b"Content-Length: 12")
+                     + b'{"schema": "' + b"x" * (4 * CAP))
+    try:
+        answer = _read_response(sock, 3)
+        assert answer.startswith(b"HTTP/1.1 4"), answer[:100]
+    finally:
+        sock.close()
     assert curl("-u", "reader:reader-pw", f"http://127.0.0.1:{http_port}/subjects")[0] == 200  # still serving
 
 
