@@ -128,3 +128,33 @@ def test_server_tls_settings(tmp_path):
     assert [lst.url for lst in http_server.parse_listeners("http://a:1, https://b:2")] == ["http://a:1", "https://b:2"]
     with pytest.raises(ConfigError):
         http_server.parse_listeners("tcp://a:1")
+
+
+def test_audit_service_security_config(tmp_path):
+    from audit.service import ServiceConfig, ServiceConfigError
+    from security_certs import make_pki
+
+    pki = make_pki(tmp_path, ["audit"])
+    (tmp_path / "users").write_text("ann: pw,read\n")
+    base = {"schema.registry.url": "https://r:8081", "audit.cluster.live.bootstrap.servers": "a:1",
+            "listeners": "https://127.0.0.1:8090", "ssl.keystore.location": str(pki["audit"]),
+            "ssl.key.password": "keypass", "ssl.truststore.location": str(pki["ca"]),
+            "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "audit",
+            "sasl.password": "pw", "schema.registry.basic.auth.user.info": "audit:pw",
+            "schema.registry.basic.auth.credentials.source": "USER_INFO", "schema.registry.ssl.ca.location": "ca",
+            "authentication.method": "BASIC,BEARER", "authentication.users.file": str(tmp_path / "users"),
+            "authentication.bearer.tokens": "t1, t2"}
+    cfg = ServiceConfig(base)
+    # the server's key store and key password stay out of the Kafka client's settings
+    assert cfg.client_conf["security.protocol"] == "SASL_SSL" and cfg.client_conf["ssl.ca.location"] == str(pki["ca"])
+    assert "ssl.certificate.location" not in cfg.client_conf and "ssl.key.password" not in cfg.client_conf
+    assert cfg.registry_conf == {"url": "https://r:8081", "basic.auth.user.info": "audit:pw", "ssl.ca.location": "ca"}
+    assert cfg.authenticator.tokens == ("t1", "t2") and set(cfg.authenticator.users) == {"ann"}
+    assert cfg.authenticator.realm == "logbus-audit"
+    assert ServiceConfig({**base, "authentication.method": "NONE"}).authenticator is None
+    for bad, message in [({"authentication.method": "BEARER", "authentication.bearer.tokens": ""}, "tokens"),
+                         ({"authentication.method": "DIGEST"}, "BASIC or BEARER"),
+                         ({"authentication.method": "NONE,BASIC"}, "cannot be combined"),
+                         ({"ssl.keystore.type": "JKS"}, "JKS")]:
+        with pytest.raises(ServiceConfigError, match=message):
+            ServiceConfig({**base, **bad})
