@@ -31,8 +31,8 @@ OPTIONAL = {
     *http_server.SERVER_SSL_KEYS,  # the https listeners' key store, trust store, client authentication
     "authentication.jaas.file",  # logbus: the JAAS config (Confluent: -Djava.security.auth.login.config)
     "authentication.users.file",  # logbus: the PropertyFileLoginModule password file itself
-    "authentication.roles.write",  # logbus: roles that register schemas and delete (default: every role)
-    "authentication.roles.admin",  # logbus: roles that change /config and /mode (default: the write roles)
+    "authentication.roles.write",  # logbus: roles that register schemas (default: every role)
+    "authentication.roles.admin",  # logbus: roles that delete, change /config and /mode (default: write roles)
     *(f"kafkastore.{k}" for k in CLIENT_SECURITY_KEYS),  # the store's Kafka client security
 }
 JAAS_ENV = ("SCHEMA_REGISTRY_OPTS", "KAFKA_OPTS")
