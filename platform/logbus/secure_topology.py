@@ -217,7 +217,8 @@ def registry_server_props(secrets_dir: str, cert: str) -> dict:
     return {"ssl.keystore.type": "PEM", "ssl.keystore.location": f"{secrets_dir}/{cert}.pem",
             "authentication.method": "BASIC", "authentication.realm": "SchemaRegistry",
             "authentication.roles": "admin,write,read",
-            "authentication.jaas.file": f"{secrets_dir}/http-users.properties"}
+            "authentication.roles.write": "write", "authentication.roles.admin": "admin",
+            "authentication.users.file": f"{secrets_dir}/http-users.properties"}
 
 
 def audit_server_props(secrets_dir: str, cert: str) -> dict:
