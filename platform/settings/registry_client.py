@@ -7,10 +7,9 @@ takes them out of a Kafka client's properties, which librdkafka would refuse."""
 from __future__ import annotations
 
 PREFIX = "schema.registry."
-CLIENT_KEYS = {  # property (after the prefix) -> SchemaRegistryClient key
-    "url": "url",
+CLIENT_KEYS = {  # property (after the prefix) -> SchemaRegistryClient key (basic.auth.credentials.source=USER_INFO
+    "url": "url",  # is accepted in properties and implied: this confluent-kafka's client refuses the key)
     "basic.auth.user.info": "basic.auth.user.info",
-    "basic.auth.credentials.source": "basic.auth.credentials.source",
     "ssl.ca.location": "ssl.ca.location",
     "ssl.certificate.location": "ssl.certificate.location",
     "ssl.key.location": "ssl.key.location",
@@ -30,8 +29,9 @@ def registry_conf(props: dict, url: str | None = None) -> dict:
         value = props.get(PREFIX + key, props.get(key) if key.startswith("basic.auth.") else None)
         if key != "url" and value:
             conf[client_key] = value
-    if "basic.auth.user.info" in conf:
-        conf.setdefault("basic.auth.credentials.source", "USER_INFO")
+    source = props.get(PREFIX + "basic.auth.credentials.source", props.get("basic.auth.credentials.source"))
+    if source and source.strip().upper() not in ("USER_INFO", "URL"):
+        raise ValueError(f"basic.auth.credentials.source={source}: logbus clients take USER_INFO or URL")
     return conf
 
 

@@ -79,7 +79,7 @@ def test_value_format_options():
     secured = {"valueFormat": "confluent-avro", "schema.registry.url": "https://r",
                "schema.registry.basic.auth.user.info": "loads:pw", "schema.registry.ssl.ca.location": "/ca.pem"}
     assert _decoding(secured)[0] == {"url": "https://r", "basic.auth.user.info": "loads:pw",
-                                     "basic.auth.credentials.source": "USER_INFO", "ssl.ca.location": "/ca.pem"}
+                                     "ssl.ca.location": "/ca.pem"}
     assert _decoding({"valueFormat": "confluent-avro", "schema.registry.url": "http://r", "valueSchema": "null"}) == (
         {"url": "http://r"}, None)
     for options, message in (({"valueFormat": "json"}, "binary or confluent-avro"),
