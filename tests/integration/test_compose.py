@@ -37,3 +37,26 @@ def test_every_service_runs_under_an_init_that_reaps_orphans():
     resolved = yaml.safe_load(out.stdout)["services"]
     assert sorted(resolved) == sorted(s.name for s in services(load(), "compose"))
     assert [name for name, svc in sorted(resolved.items()) if svc.get("init") is not True] == []
+
+
+def test_the_secure_variant_validates_and_waits_for_security_init():
+    """docker-compose.secure.yml (topology/secure.json): valid, the same services as the topology, security-init a
+    one-shot container every broker waits for to complete, the secrets volume read-only everywhere else."""
+    import yaml
+
+    from logbus.topology import SECURE
+
+    binary = shutil.which("docker-compose")
+    assert binary, "docker-compose is not installed (scripts/setup installs Debian's docker-compose)"
+    out = subprocess.run([binary, "-f", str(REPO / "docker-compose.secure.yml"), "config"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    resolved = yaml.safe_load(out.stdout)["services"]
+    assert sorted(resolved) == sorted(s.name for s in services(load(SECURE), "compose"))
+    assert resolved["security-init"]["restart"] == "on-failure"
+    for name, svc in resolved.items():
+        volumes = [v.split(":") for v in svc["volumes"]]  # docker-compose 1.x resolves to source:target:mode
+        mounts = {v[1]: len(v) > 2 and v[2] == "ro" for v in volumes if v[0] == "secrets"}
+        assert mounts == {"/etc/logbus/secrets": name != "security-init"}, (name, svc["volumes"])
+        if name.startswith(("live-broker", "offline-broker")):
+            assert svc["depends_on"]["security-init"]["condition"] == "service_completed_successfully"
