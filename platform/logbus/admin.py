@@ -18,12 +18,16 @@ class AdminError(Exception):
     """Reported as one line, exit code 1."""
 
 
-def _admin(bootstrap: str):
+def _admin(bootstrap: str, command_config: str | None = None):
+    """An admin client; ``command_config``: a client properties file (security keys in Kafka's or librdkafka's
+    names, as kafka-topics.sh's --command-config)."""
     from confluent_kafka.admin import AdminClient
+
+    from logbus.user_configs import client_config
 
     # log_level 3: librdkafka's informational lines (e.g. "Purging 1 unserved events" at destruction) would break
     # the CLI's one-line errors on stderr
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 3})
+    return AdminClient({**client_config(bootstrap, command_config), "socket.timeout.ms": 10000, "log_level": 3})
 
 
 def _result(future, what: str):
@@ -54,7 +58,7 @@ def topics(args) -> int:
         raise AdminError("topics needs an action: list, describe, create, alter or delete")
     if args.action and args.action_flag and args.action != args.action_flag:
         raise AdminError(f"two actions given: {args.action} and --{args.action_flag}")
-    admin = _admin(args.bootstrap_server)
+    admin = _admin(args.bootstrap_server, getattr(args, "command_config", None))
     if action == "list":
         metadata = admin.list_topics(timeout=15)
         for name in sorted(metadata.topics):

@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics = verbs.add_parser("topics", help="list, describe, create, alter or delete topics (as kafka-topics.sh)")
     actions = ["list", "describe", "create", "alter", "delete"]
     topics.add_argument("action", nargs="?", choices=actions, help="or kafka-topics.sh's --list, --alter, ...")
+    topics.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*)")
     flags = topics.add_mutually_exclusive_group()
     for name in actions:
         flags.add_argument(f"--{name}", dest="action_flag", action="store_const", const=name,
