@@ -44,7 +44,8 @@ from pathlib import Path
 
 DEFAULT_DIR = "certs"  # git-ignored in this repository (/certs/)
 KEY_TYPES = ("rsa-2048", "rsa-3072", "rsa-4096", "ec-p256", "ec-p384")
-_HOST = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
