@@ -129,7 +129,7 @@ class ScramServer:
             raise ScramError("client-final message without proof")
         attrs = _attrs(without_proof)
         if attrs.get("r") != self._client_nonce + self._server_nonce:
-            raise ScramError("nonce mismatch")
+            raise ScramError("Invalid client nonce in the final client message.")  # Kafka 4.x: exact match
         if attrs.get("c") != base64.b64encode(self._gs2.encode()).decode():
             raise ScramError("channel binding mismatch")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
