@@ -262,6 +262,14 @@ KEYS: dict[str, Key] = {
         Key("transactional.id.expiration.ms", _int(1), 604800000, "Forget a transactional id idle this long."),
         Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int(1), 3600000,
             "How often expired transactional ids are removed."),
+        # authorization (Kafka's names and defaults; issue 18 item 2)
+        Key("authorizer.class.name", _choice("", "kafka.security.authorizer.AclAuthorizer",
+                                             "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                             "logbus.AclAuthorizer"), "",
+            "ACL authorizer (empty: no authorization, every request allowed)."),
+        Key("super.users", _str, "", "Principals allowed everything, semicolon-separated (User:admin;User:broker)."),
+        Key("allow.everyone.if.no.acl.found", _bool, False, "With an authorizer: a resource with no ACL at all "
+            "is open to everyone."),
     ]
 }
 

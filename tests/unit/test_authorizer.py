@@ -62,3 +62,15 @@ def test_super_users_and_no_acl_found():
     assert check([], allow_if_no_acl=True)
     # The resource has ACLs (for someone else): no-acl-found no longer applies.
     assert not check([acl(principal="User:bob")], allow_if_no_acl=True)
+
+
+def test_config_keys_kafkas_names_and_defaults():
+    from broker.config import BrokerConfig, ConfigError
+
+    default = BrokerConfig.from_strings({})
+    assert default["authorizer.class.name"] == "" and default["super.users"] == ""
+    assert default["allow.everyone.if.no.acl.found"] is False
+    for name in ("kafka.security.authorizer.AclAuthorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
+        assert BrokerConfig.from_strings({"authorizer.class.name": name})["authorizer.class.name"] == name
+    with pytest.raises((ConfigError, ValueError)):
+        BrokerConfig.from_strings({"authorizer.class.name": "com.example.Nope"})
