@@ -29,3 +29,16 @@ def test_json_round_trip_in_kafkas_shape():
         {"principal": "User:alice", "permissionType": "Allow", "operation": "Read", "host": "*"}]}
     assert decode("Topic", "a%2Fb", "Literal", data) == [acl]
     assert change_data("Topic", "orders", "Literal") == b"Topic:orders"
+
+
+def test_standalone_file_store_round_trip(tmp_path):
+    from broker.security.acl_file_store import AclFileStore
+
+    store = AclFileStore(tmp_path)
+    assert store.load() == set()
+    acls = {Acl("Topic", "orders", "Literal", "User:alice", "*", "Read", "Allow"),
+            Acl("Group", "g", "Prefixed", "User:*", "10.0.0.1", "All", "Deny")}
+    store.save(acls)
+    assert AclFileStore(tmp_path).load() == acls
+    store.save(set())
+    assert store.load() == set()
