@@ -121,6 +121,23 @@ def test_broker_serves_ssl_with_logbus_certs_to_confluent_kafka(broker, pki):
     assert _consume(conf, topic, 5) == [f"ssl-{i}".encode() for i in range(5)]
 
 
+def test_sasl_ssl_consumer_reads_a_backlog_larger_than_one_fetch(broker, pki):
+    """Fetch responses over 64 KiB over TLS: asyncio's sendfile fallback swapped the transport's protocol while
+    it ran, so a pipelined request arriving meanwhile closed the connection ("SSL connection closed by peer") and
+    a consumer of a backlog read nothing, ever (the secure topology's loads)."""
+    where, sec = security(broker, pki, "SASL_SSL", "SCRAM-SHA-512")
+    conf = {"bootstrap.servers": where, **sec.librdkafka()}
+    topic = new_topic(broker)
+    producer = Producer({**conf, "linger.ms": 5})
+    for i in range(20000):
+        producer.produce(topic, b"%06d" % i + b"x" * 300)
+        if i % 5000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    got = _consume(conf, topic, 20000)
+    assert len(got) == 20000 and got[-1].startswith(b"019999")
+
+
 def _consume(conf: dict, topic: str, n: int) -> list[bytes]:
     consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])

@@ -301,10 +301,13 @@ class KafkaListener:
 
     async def _write(self, writer: asyncio.StreamWriter, parts: list) -> None:
         loop = asyncio.get_running_loop()
+        tls = writer.get_extra_info("ssl_object") is not None
         for part in parts:
             if isinstance(part, (bytes, bytearray)):
                 writer.write(part)
-            elif part.size < SENDFILE_MIN_BYTES:
+            elif part.size < SENDFILE_MIN_BYTES or tls:
+                # TLS cannot be zero-copy, and asyncio's sendfile fallback swaps the transport's protocol while it
+                # runs: a pipelined request arriving meanwhile broke the connection ("SSL connection closed by peer")
                 writer.write(part.read())
             else:
                 await writer.drain()
