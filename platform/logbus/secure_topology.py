@@ -67,8 +67,9 @@ def registry_client_props(secrets_dir: str, principal: str) -> dict:
             "schema.registry.ssl.ca.location": f"{secrets_dir}/ca.pem"}
 
 
-def broker_props(secrets_dir: str, cert: str, listeners: list[str], inter_broker: str) -> dict:
-    """A broker's security settings: every listener SASL_SSL with SCRAM, the ACL authorizer."""
+def broker_props(secrets_dir: str, cert: str, listeners: list[str], inter_broker: str,
+                 authorizer: bool = True) -> dict:
+    """A broker's security settings: every listener SASL_SSL with SCRAM, the ACL authorizer (``authorizer``)."""
     return {**FILE_PROVIDER,
             "listener.security.protocol.map": ",".join(f"{name}:SASL_SSL" for name in listeners),
             "inter.broker.listener.name": inter_broker,
@@ -77,8 +78,8 @@ def broker_props(secrets_dir: str, cert: str, listeners: list[str], inter_broker
                for name in listeners},
             "ssl.keystore.type": "PEM", "ssl.keystore.location": f"{secrets_dir}/{cert}.pem",
             "ssl.truststore.type": "PEM", "ssl.truststore.location": f"{secrets_dir}/ca.pem",
-            "authorizer.class.name": AUTHORIZER, "super.users": "User:broker;User:admin",
-            "allow.everyone.if.no.acl.found": "false"}
+            **({"authorizer.class.name": AUTHORIZER, "super.users": "User:broker;User:admin",
+                "allow.everyone.if.no.acl.found": "false"} if authorizer else {})}
 
 
 def acl_plan(topo: dict) -> dict[str, list[dict]]:
@@ -182,7 +183,7 @@ def run_init(plan_path: str) -> int:
             if code != 0:
                 print(f"logbus: security-init: SCRAM credentials of {name} in {dc} not stored", file=sys.stderr)
                 return 1
-        for acl in plan["acls"].get(dc, []):
+        for acl in plan["acls"].get(dc, []):  # stored also while the brokers run without an authorizer
             argv = ["acls", "--authorizer-properties", f"zookeeper.connect={zk}", "--add", "--force",
                     "--allow-principal", acl["principal"], "--resource-pattern-type", acl["pattern"]]
             for op in acl["operations"]:

@@ -210,7 +210,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                              if k != "listener.security.protocol.map"}
                 names = [item.split("://")[0] for item in listeners["listeners"].split(",")]
                 listeners.update(secure.broker_props(secrets, name, names, listeners.get("inter.broker.listener.name",
-                                                                                       names[0])))
+                                                                                       names[0]),
+                                                     authorizer=sec.get("authorizer", True)))
             config = {"broker.id": i, **listeners, "log.dirs": n.data_dir(name), "zookeeper.connect": f"{zk}/{dc}",
                       "num.partitions": spec.get("partitions", 3),
                       "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
