@@ -39,12 +39,12 @@ def _polled(get):
     return predicate
 
 
-def wait_recovered(audit: str, since_ms: int, timeout: float = 240) -> None:
+def wait_recovered(audit: str, since_ms: int, timeout: float = 240, http=requests) -> None:
     """Until the audit service shows, for windows closed since ``since_ms`` (at least two), 100% at both
-    cluster tiers."""
+    cluster tiers. ``http``: a requests.Session with credentials and a CA for a secure topology."""
     def recovered():
         now = int(time.time() * 1000)
-        rows = [r for r in requests.get(f"{audit}/api/report", params={"from": since_ms}, timeout=30).json()
+        rows = [r for r in http.get(f"{audit}/api/report", params={"from": since_ms}, timeout=30).json()
                 if r["window_start"] >= since_ms and r["window_end"] + GRACE_MS < now]
         return (len({r["window_start"] for r in rows}) >= 2 and {r["tier"] for r in rows} == {"live", "offline"}
                 and all(r["completeness"] == 100.0 for r in rows))
@@ -80,17 +80,18 @@ def run_dag(airflow: str, token: str, timeout: float = 400) -> int:
     return triggered
 
 
-def check_complete(report: dict, audit: str, airflow: str, token: str, until_ms: int) -> list[dict]:
+def check_complete(report: dict, audit: str, airflow: str, token: str, until_ms: int, http=requests) -> list[dict]:
     """Every window closed (end + grace) before ``until_ms``: 100% at every tier, in the loads' report (``report``:
-    the reconcile task's ``_audit/report.json`` under the warehouse), the audit service and the Airflow page."""
+    the reconcile task's ``_audit/report.json`` under the warehouse), the audit service (``http``: with its
+    login, for a secure topology) and the Airflow page."""
     closed = [r for r in report["rows"] if r["window_end"] + GRACE_MS < until_ms - 2000]
     assert {r["tier"] for r in closed} == {"live", "offline", "warehouse"}, report["rows"][:5]
     bad = [r for r in closed if r["missing"] or r["completeness"] != 100.0]
     assert not bad, bad[:5]
-    service_rows = requests.get(f"{audit}/api/report", params={"to": until_ms - 2000 - GRACE_MS}, timeout=30).json()
+    service_rows = http.get(f"{audit}/api/report", params={"to": until_ms - 2000 - GRACE_MS}, timeout=30).json()
     assert service_rows and all(r["completeness"] == 100.0 for r in service_rows
                                 if r["window_end"] + GRACE_MS < until_ms - 2000)
     page = requests.get(f"{airflow}/logbus-audit/", headers={"Authorization": f"Bearer {token}"}, timeout=60)
     assert page.status_code == 200 and "<th colspan=6>warehouse</th>" in page.text
-    assert requests.get(f"{audit}/", timeout=30).status_code == 200
+    assert http.get(f"{audit}/", timeout=30).status_code == 200
     return closed
