@@ -31,6 +31,7 @@ from broker.metadata.topics import (
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
 from broker.network.quotas import ConnectionQuotas
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.protocol.messages import ErrorCode
 from broker.shutdown import EXIT_GRACE_S, STOP_STEP_TIMEOUT_S, StopSignals, Watchdog
 
@@ -69,6 +70,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.txn = TransactionCoordinator(self)
         self.cleaner = LogCleaner(self)
+        self.authorizer = AclAuthorizer.from_broker(self)  # None: every request allowed
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
         self._stopping = asyncio.Event()
@@ -402,6 +404,8 @@ class Broker:
         if self.config["log.cleaner.enable"]:
             self._tasks.append(loop.create_task(self._every(self.config["log.cleaner.backoff.ms"] / 1000,
                                                             self.cleaner.run_once)))
+        if self.authorizer is not None:  # the ACLs are in memory before the first request is read
+            await self.authorizer.start()
         for listener in self.listeners.values():
             await listener.serve()
         log.info("logbus broker %d listening on %s (log.dirs=%s)", self.node_id,

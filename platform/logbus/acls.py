@@ -1,8 +1,9 @@
 """``logbus acls``: add, remove and list ACLs, in the shape of kafka-acls.sh.
 
-Implemented: ``--authorizer-properties zookeeper.connect=HOST:PORT[/chroot]`` (writes Kafka's ZooKeeper ACL
-znodes directly, with change notifications; works before any broker runs). Not yet: ``--bootstrap-server``
-(needs the broker's CreateAcls/DescribeAcls/DeleteAcls, issue 18 item 2) — refused with a one-line error.
+Two ways in, as kafka-acls.sh: ``--authorizer-properties zookeeper.connect=HOST:PORT[/chroot]`` writes Kafka's
+ZooKeeper ACL znodes directly, with change notifications (works before any broker runs), and ``--bootstrap-server``
+(with ``--command-config`` for a secured listener) goes through a broker's CreateAcls/DescribeAcls/DeleteAcls
+(confluent-kafka's admin client), which needs Alter (Describe for --list) on the cluster.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
               "AlterConfigs", "IdempotentWrite", "CreateTokens", "DescribeTokens")
 _OPS = {op.lower(): op for op in OPERATIONS}
+REQUEST_TIMEOUT_S = 15
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,27 +130,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"logbus: acls: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 — one line, not a traceback
-        print(f"logbus: acls: {type(exc).__name__}: {exc}", file=sys.stderr)
+        err = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None  # a KafkaException's KafkaError
+        print(f"logbus: acls: {err.name()}: {err.str()}" if err is not None else
+              f"logbus: acls: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 
 def _run(args) -> int:
-    if args.bootstrap_server:
-        raise UsageError("--bootstrap-server is not implemented yet (the broker has no CreateAcls/DescribeAcls/"
-                         "DeleteAcls yet); use --authorizer-properties zookeeper.connect=...")
-    connect = _zk_connect(args.authorizer_properties)
     if args.add:
         acls = _bindings(args)
     elif args.remove and not args.force and not sys.stdin.isatty():
         raise UsageError("--remove asks for confirmation and stdin is not a terminal: add --force")
-    from kazoo.client import KazooClient
-
-    from broker.security.acl_zk_store import AclZkStore
-
-    zk = KazooClient(hosts=connect)
-    zk.start(timeout=15)
+    store = _BrokerStore(args.bootstrap_server, args.command_config) if args.bootstrap_server else \
+        _ZkStore(_zk_connect(args.authorizer_properties))
     try:
-        store = AclZkStore(zk)
         if args.add:
             store.add(acls)
             for a in sorted(acls, key=repr):
@@ -170,8 +165,82 @@ def _run(args) -> int:
             print(f"Removed ACL: {_show(a)}")
         return 0
     finally:
-        zk.stop()
-        zk.close()
+        store.close()
+
+
+class _ZkStore:
+    def __init__(self, connect: str):
+        from kazoo.client import KazooClient
+
+        from broker.security.acl_zk_store import AclZkStore
+
+        self.zk = KazooClient(hosts=connect)
+        self.zk.start(timeout=15)
+        store = AclZkStore(self.zk)
+        self.load, self.add, self.remove = store.load, store.add, store.remove
+
+    def close(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+
+class _BrokerStore:
+    """The same three operations through a broker's ACL APIs (each answer checked: an error is one line)."""
+
+    def __init__(self, bootstrap: str, command_config: str | None):
+        from confluent_kafka.admin import AdminClient
+
+        from logbus.user_configs import client_config
+
+        # log_level 0: librdkafka's connection-failure lines would break the one-line error on stderr
+        self.admin = AdminClient({**client_config(bootstrap, command_config), "socket.timeout.ms": 10000,
+                                  "log_level": 0})
+
+    @staticmethod
+    def _binding(a):
+        from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+        return AclBinding(ResourceType[_UPPER[a.resource_type]], a.name, ResourcePatternType[a.pattern_type.upper()],
+                          a.principal, a.host, AclOperation[_UPPER[a.operation]],
+                          AclPermissionType[a.permission.upper()])
+
+    def add(self, acls) -> None:
+        bindings = [self._binding(a) for a in acls]
+        for future in self.admin.create_acls(bindings, request_timeout=REQUEST_TIMEOUT_S).values():
+            future.result()
+
+    def load(self):
+        from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, \
+            ResourceType
+
+        from broker.security.authorizer import Acl
+
+        found = self.admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                          AclOperation.ANY, AclPermissionType.ANY),
+                                         request_timeout=REQUEST_TIMEOUT_S).result()
+        names = {v: k for k, v in _UPPER.items()}
+        return {Acl(names[b.restype.name], b.name, b.resource_pattern_type.name.capitalize(), b.principal, b.host,
+                    names[b.operation.name], b.permission_type.name.capitalize()) for b in found}
+
+    def remove(self, acls) -> None:
+        from confluent_kafka.admin import AclBindingFilter
+
+        filters = []
+        for a in acls:
+            b = self._binding(a)
+            filters.append(AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                                            b.operation, b.permission_type))
+        if filters:
+            for future in self.admin.delete_acls(filters, request_timeout=REQUEST_TIMEOUT_S).values():
+                future.result()
+
+    def close(self) -> None:
+        pass
+
+
+# Kafka's names (ours) -> confluent-kafka's enum member names
+_UPPER = {"Topic": "TOPIC", "Group": "GROUP", "Cluster": "BROKER", "TransactionalId": "TRANSACTIONAL_ID",
+          **{op: "".join("_" + c if c.isupper() and i else c for i, c in enumerate(op)).upper() for op in OPERATIONS}}
 
 
 def _entry_selected(args, acl) -> bool:

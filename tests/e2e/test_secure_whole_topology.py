@@ -148,9 +148,18 @@ def test_secure_topology(tmp_path):
         if acls:
             from confluent_kafka.admin import AdminClient, NewTopic
 
-            with pytest.raises(KafkaException):  # the frontend principal may not create topics at will
-                AdminClient(client(live, secrets, "frontend")).create_topics([NewTopic("not-mine", 1, 3)])[
-                    "not-mine"].result(30)
+            frontend_admin = AdminClient(client(live, secrets, "frontend"))
+            with pytest.raises(KafkaException) as refused:  # the frontend principal may not create topics at will
+                frontend_admin.create_topics([NewTopic("not-mine", 1, 3)])["not-mine"].result(30)
+            assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            # only the registry's principal writes _schemas: a frontend (which may register schemas over HTTP)
+            # cannot rewrite the registry's view behind its back
+            forged: list = []
+            forger = Producer(client(live, secrets, "frontend", **{"message.timeout.ms": 15000}))
+            forger.produce("_schemas", b'{"keytype":"SCHEMA","subject":"signups-value","version":9}', b"{}",
+                           on_delivery=lambda err, _m: forged.append(err))
+            forger.flush(30)
+            assert forged and forged[0] is not None and forged[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
         # the audited demo traffic, complete at live and offline, read behind the audit service's login
         assert requests.get(f"{audit}/api/report", verify=ca, timeout=30).status_code == 401

@@ -70,7 +70,8 @@ def test_config_keys_kafkas_names_and_defaults():
     default = BrokerConfig.from_strings({})
     assert default["authorizer.class.name"] == "" and default["super.users"] == ""
     assert default["allow.everyone.if.no.acl.found"] is False
-    # Until the broker enforces ACLs, asking for an authorizer refuses to start (fail closed), unknown names too.
-    for name in ("kafka.security.authorizer.AclAuthorizer", "com.example.Nope"):
-        with pytest.raises((ConfigError, ValueError)):
-            BrokerConfig.from_strings({"authorizer.class.name": name})
+    for name in ("kafka.security.authorizer.AclAuthorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
+        assert BrokerConfig.from_strings({"authorizer.class.name": name})["authorizer.class.name"] == name
+    # an authorizer the broker does not have refuses to start (fail closed: it must not run unprotected)
+    with pytest.raises((ConfigError, ValueError)):
+        BrokerConfig.from_strings({"authorizer.class.name": "com.example.Nope"})

@@ -5,6 +5,7 @@ and the others of the request OPERATION_NOT_ATTEMPTED, as Kafka answers."""
 from broker.handlers.registry import handles
 from broker.handlers.txn_errors import for_version
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 24
 
@@ -17,7 +18,15 @@ async def handle(broker, header, request):
     wanted = {t.name: set(t.partitions) for t in request.v3_and_below_topics}
     unknown = {(name, p) for name, parts in wanted.items() for p in parts
                if (info := broker.topics.get(name)) is None or not 0 <= p < info.partitions}
-    if unknown:
+    txn_id = request.v3_and_below_transactional_id
+    unwritable = {name for name in wanted if not access.allowed(broker, "Write", access.TOPIC, name)}
+    if not access.allowed(broker, "Write", access.TRANSACTIONAL_ID, txn_id):
+        errors = {(n, p): ErrorCode.transactional_id_authorization_failed for n, parts in wanted.items()
+                  for p in parts}
+    elif unwritable:
+        errors = {(n, p): ErrorCode.topic_authorization_failed if n in unwritable
+                  else ErrorCode.operation_not_attempted for n, parts in wanted.items() for p in parts}
+    elif unknown:
         errors = {(n, p): ErrorCode.unknown_topic_or_partition if (n, p) in unknown
                   else ErrorCode.operation_not_attempted for n, parts in wanted.items() for p in parts}
     else:

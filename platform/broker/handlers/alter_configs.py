@@ -9,6 +9,7 @@ support it). ``validate_only`` checks everything and changes nothing."""
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 33
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
@@ -17,6 +18,11 @@ TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 async def alter(broker, resource, validate_only: bool) -> None:
     """Apply one resource's new config set; raises TopicError with the Kafka error to answer."""
     configs = {c.name: c.value for c in resource.configs}
+    if resource.resource_type == TOPIC and not access.allowed(broker, "AlterConfigs", access.TOPIC,
+                                                              resource.resource_name):
+        raise TopicError("topic_authorization_failed", "Authorization failed.")
+    if resource.resource_type in (BROKER, BROKER_LOGGER) and not access.on_cluster(broker, "AlterConfigs"):
+        raise TopicError("cluster_authorization_failed", "Authorization failed.")
     if resource.resource_type == TOPIC:
         nulls = sorted(name for name, value in configs.items() if value is None)
         if nulls:

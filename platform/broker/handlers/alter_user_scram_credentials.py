@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 from broker.security import credentials, scram
 
 KEY = 51
@@ -17,6 +18,11 @@ async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     result_cls = nested(cls, "AlterUserScramCredentialsResult")
     errors: dict[str, tuple[ErrorCode, str]] = {}
+    if not access.on_cluster(broker, "Alter"):
+        users = sorted({i.name for i in [*request.deletions, *request.upsertions]})
+        return build(cls, throttle_time=0, results=tuple(
+            build(result_cls, user=u, error_code=ErrorCode.cluster_authorization_failed,
+                  error_message="Authorization failed.") for u in users))
     adds: dict[str, dict] = defaultdict(dict)
     deletes: dict[str, list] = defaultdict(list)
     seen: set[tuple[str, int]] = set()

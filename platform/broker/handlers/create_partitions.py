@@ -12,6 +12,7 @@ import time
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, ms, nested, response_class
+from broker.security import access
 
 KEY = 37
 
@@ -31,6 +32,9 @@ async def handle(broker, header, request):
             continue
         if counts[topic.name] > 1:
             outcome[topic.name] = ErrorCode.invalid_request, "Duplicate topic in request."
+            continue
+        if not access.allowed(broker, "Alter", access.TOPIC, topic.name):
+            outcome[topic.name] = ErrorCode.topic_authorization_failed, "Authorization failed."
             continue
         assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
         try:

@@ -4,6 +4,7 @@
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 19
 
@@ -26,6 +27,8 @@ async def handle(broker, header, request):
         if replication == -1:
             replication = broker.config["default.replication.factor"]
         try:
+            if not (access.on_cluster(broker, "Create") or access.allowed(broker, "Create", access.TOPIC, topic.name)):
+                raise TopicError("topic_authorization_failed", "Authorization failed.")
             if counts[topic.name] > 1:
                 raise TopicError("invalid_request", f"topic {topic.name!r} appears more than once")
             assignment = None

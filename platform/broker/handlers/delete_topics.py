@@ -3,6 +3,7 @@
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 20
 
@@ -23,6 +24,8 @@ async def handle(broker, header, request):
         error, message = ErrorCode.none, None
         info = broker.topics.get(name) if name else None
         try:
+            if name and not access.allowed(broker, "Delete", access.TOPIC, name):
+                raise TopicError("topic_authorization_failed", "Authorization failed.")
             if info is None:
                 raise TopicError("unknown_topic_or_partition", f"topic {name or topic_id} does not exist")
             await broker.delete_topic(name)

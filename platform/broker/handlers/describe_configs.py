@@ -6,6 +6,7 @@ from broker.config import SENSITIVE_KEYS
 from broker.handlers.registry import handles
 from broker.metadata.topic_configs import TOPIC_CONFIGS, TYPE_IDS, synonyms
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 32
 TOPIC, BROKER = 2, 4
@@ -20,7 +21,12 @@ def handle(broker, header, request):
     results = []
     for resource in request.resources:
         error, message, values, info = ErrorCode.none, None, {}, None
-        if resource.resource_type == TOPIC:
+        if resource.resource_type == TOPIC and not access.allowed(broker, "DescribeConfigs", access.TOPIC,
+                                                                  resource.resource_name):
+            error, message = ErrorCode.topic_authorization_failed, "Authorization failed."
+        elif resource.resource_type == BROKER and not access.on_cluster(broker, "DescribeConfigs"):
+            error, message = ErrorCode.cluster_authorization_failed, "Authorization failed."
+        elif resource.resource_type == TOPIC:
             info = broker.topics.get(resource.resource_name)
             if info is None:
                 error, message = ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} not found"

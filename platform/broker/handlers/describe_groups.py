@@ -2,6 +2,7 @@
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 15
 
@@ -13,7 +14,10 @@ def handle(broker, header, request):
     member_cls = nested(cls, "DescribedGroupMember")
     out = []
     for group_id in request.groups:
-        error, group = broker.groups.describe(group_id)
+        if not access.allowed(broker, "Describe", access.GROUP, group_id):
+            error, group = ErrorCode.group_authorization_failed, None
+        else:
+            error, group = broker.groups.describe(group_id)
         if group is None:
             out.append(build(group_cls, error_code=error, group_id=group_id,
                              group_state="Dead" if error == ErrorCode.none else "", protocol_type="",

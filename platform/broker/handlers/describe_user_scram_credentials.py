@@ -5,6 +5,7 @@ import json
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 from broker.security import credentials, scram
 
 KEY = 50
@@ -28,6 +29,9 @@ async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     result_cls = nested(cls, "DescribeUserScramCredentialsResult")
     info_cls = nested(result_cls, "CredentialInfo")
+    if not access.on_cluster(broker, "Describe"):
+        return build(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
+                     error_message="Authorization failed.", results=())
     wanted = None if request.users is None else [u.name for u in request.users]
     duplicates = {u for u in wanted or () if wanted.count(u) > 1}
     nodes = await credentials.read_nodes(broker, sorted(set(wanted)) if wanted is not None else None)

@@ -20,13 +20,15 @@ from broker.log.log import OffsetOutOfRange
 from broker.protocol import fetch_response
 from broker.protocol.fetch_response import PartitionData
 from broker.protocol.messages import ErrorCode, ms
+from broker.security import access
 
 KEY = 1
 READ_COMMITTED = 1
 
 
-def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
-    """One pass over the requested partitions: (topics, bytes found, whether any partition has an error)."""
+def collect(broker, request, first_pass: bool, denied: frozenset = frozenset()) -> tuple[list, int, bool]:
+    """One pass over the requested partitions: (topics, bytes found, whether any partition has an error).
+    ``denied``: topics this connection may not read (TOPIC_AUTHORIZATION_FAILED)."""
     budget = request.max_bytes
     replica_id = getattr(request, "replica_id", -1)
     follower = replica_id >= 0 and broker.cluster is not None
@@ -38,6 +40,10 @@ def collect(broker, request, first_pass: bool) -> tuple[list, int, bool]:
         info = broker.topics.get(topic.topic)
         partitions = []
         for p in topic.partitions:
+            if topic.topic in denied:
+                partitions.append(PartitionData(p.partition, ErrorCode.topic_authorization_failed.value))
+                errors = True
+                continue
             if info is None or not 0 <= p.partition < info.partitions:
                 partitions.append(PartitionData(p.partition, ErrorCode.unknown_topic_or_partition.value))
                 errors = True
@@ -77,9 +83,17 @@ async def handle(broker, header, request):
     max_wait = ms(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    denied = frozenset()
+    if access.enabled(broker):  # a follower needs ClusterAction (else its offsets would move the HW), a consumer Read
+        if getattr(request, "replica_id", -1) >= 0:
+            cluster_ok = access.on_cluster(broker, "ClusterAction")
+            denied = frozenset() if cluster_ok else frozenset(t.topic for t in request.topics)
+        else:
+            denied = frozenset(t.topic for t in request.topics if not access.allowed(broker, "Read", access.TOPIC,
+                                                                                       t.topic))
     first_pass = True
     while True:
-        topics, total, errors = collect(broker, request, first_pass)
+        topics, total, errors = collect(broker, request, first_pass, denied)
         first_pass = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:

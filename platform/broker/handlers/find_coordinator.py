@@ -5,12 +5,17 @@ leaders)."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 10
 GROUP, TRANSACTION = 0, 1
 
 
 async def locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+    if key_type == TRANSACTION and not access.allowed(broker, "Describe", access.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed, -1, "", -1
+    if key_type == GROUP and not access.allowed(broker, "Describe", access.GROUP, key):
+        return ErrorCode.group_authorization_failed, -1, "", -1
     if key_type == TRANSACTION:
         error, node = await broker.txn.locate(key)
         if error != ErrorCode.none:

@@ -6,6 +6,7 @@ from broker.handlers.registry import handles
 from broker.metadata.topic_configs import TOPIC_CONFIGS
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 44
 TOPIC, BROKER = 2, 4
@@ -44,6 +45,11 @@ async def handle(broker, header, request):
     for res in request.resources:
         error, message = ErrorCode.none, None
         try:
+            if res.resource_type == TOPIC and not access.allowed(broker, "AlterConfigs", access.TOPIC,
+                                                                 res.resource_name):
+                raise TopicError("topic_authorization_failed", "Authorization failed.")
+            if res.resource_type != TOPIC and not access.on_cluster(broker, "AlterConfigs"):
+                raise TopicError("cluster_authorization_failed", "Authorization failed.")
             if res.resource_type != TOPIC:
                 raise TopicError("invalid_request", "only topic configs can be altered")
             info = broker.topics.get(res.resource_name)

@@ -6,6 +6,7 @@ from broker.handlers.registry import handles
 from broker.handlers.txn_errors import for_version
 from broker.log.storage_errors import incidents
 from broker.protocol.messages import ErrorCode, build, ms, response_class
+from broker.security import access
 
 KEY = 22
 
@@ -16,6 +17,9 @@ async def handle(broker, header, request):
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if request.transactional_id is not None:
+        if not access.allowed(broker, "Write", access.TRANSACTIONAL_ID, request.transactional_id):
+            return build(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
+                         producer_id=-1, producer_epoch=-1)
         error, producer_id, epoch = await broker.txn.init_producer_id(
             request.transactional_id, ms(request.transaction_timeout), producer_id, epoch)
         return build(cls, throttle_time=0, error_code=for_version(error, header.api_version, fenced_since=4),
@@ -23,6 +27,10 @@ async def handle(broker, header, request):
     # Without a transactional id Kafka always hands out a new producer id, epoch 0, whatever producer id and epoch
     # the request names (KIP-360's bump is for transactional ids): no client can take over another's producer id,
     # and no epoch ever nears its 32767 limit here.
+    if not (access.on_cluster(broker, "IdempotentWrite")  # KIP-679: or Write on some topic
+            or access.allowed_on_some(broker, "Write", access.TOPIC)):
+        return build(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, producer_id=-1,
+                     producer_epoch=-1)
     try:
         producer_id = await broker.next_producer_id()
     except OSError as exc:  # standalone: the next producer-id block cannot be recorded (a full disk)

@@ -4,7 +4,8 @@ a static member (``group_instance_id``, KIP-345) gets its id at once and, rejoin
 static leader that rejoined a stable group to skip the assignment."""
 
 from broker.handlers.registry import handles
-from broker.protocol.messages import build, ms, nested, response_class
+from broker.protocol.messages import ErrorCode, build, ms, nested, response_class
+from broker.security import access
 
 KEY = 11
 
@@ -14,6 +15,10 @@ async def handle(broker, header, request):
     version = header.api_version
     cls = response_class(KEY, version)
     member_cls = nested(cls, "JoinGroupResponseMember")
+    if not access.allowed(broker, "Read", access.GROUP, request.group_id):
+        return build(cls, throttle_time=0, error_code=ErrorCode.group_authorization_failed, generation_id=-1,
+                     protocol_type=None, protocol_name="" if version < 7 else None, leader="", skip_assignment=False,
+                     member_id=request.member_id, members=())
     session_ms = ms(request.session_timeout)
     rebalance_ms = ms(request.rebalance_timeout) if hasattr(request, "rebalance_timeout") else session_ms
     result = await broker.groups.join(

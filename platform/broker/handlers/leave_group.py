@@ -2,7 +2,8 @@
 empty member id removes a static member by instance id): the group rebalances without them."""
 
 from broker.handlers.registry import handles
-from broker.protocol.messages import build, nested, response_class
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 13
 
@@ -10,6 +11,8 @@ KEY = 13
 @handles(KEY, "LeaveGroup", 0, 5)
 def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
+    if not access.allowed(broker, "Read", access.GROUP, request.group_id):
+        return build(cls, throttle_time=0, error_code=ErrorCode.group_authorization_failed, members=())
     if header.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:

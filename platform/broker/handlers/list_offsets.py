@@ -13,6 +13,7 @@ import logging
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 from broker.protocol.record_reader import first_at_or_after
 from broker.protocol.records import InvalidBatch
 
@@ -62,7 +63,12 @@ async def handle(broker, header, request):
     for topic in request.topics:
         info = broker.topics.get(topic.name)
         results = []
+        describable = access.allowed(broker, "Describe", access.TOPIC, topic.name)
         for p in topic.partitions:
+            if not describable:
+                results.append(build(partition_cls, partition_index=p.partition_index,
+                                     error_code=ErrorCode.topic_authorization_failed, timestamp=-1, offset=-1))
+                continue
             if info is None or not 0 <= p.partition_index < info.partitions:
                 results.append(build(partition_cls, partition_index=p.partition_index,
                                      error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1, offset=-1))

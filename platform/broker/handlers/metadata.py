@@ -1,8 +1,13 @@
-"""Metadata (key 3), v0–12: brokers, topics and partition leaders; auto-creates topics when allowed."""
+"""Metadata (key 3), v0–12: brokers, topics and partition leaders; auto-creates topics when allowed.
+
+With an authorizer: a request for all topics lists only those the principal may Describe; a named topic it may
+not Describe is TOPIC_AUTHORIZATION_FAILED, and so is a missing one it may not Create (on the cluster or the
+topic) when auto-creation would make it."""
 
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 3
 
@@ -18,6 +23,8 @@ async def handle(broker, header, request):
     unknown = []
     if request.topics is None or (version == 0 and not request.topics):
         names = sorted(broker.topics.topics)  # v0: empty list means all; v1+: null means all
+        if access.enabled(broker):
+            names = [n for n in names if access.allowed(broker, "Describe", access.TOPIC, n)]
         auto_create = False
     else:
         names = []
@@ -39,7 +46,12 @@ async def handle(broker, header, request):
     for name in names:
         error = ErrorCode.none
         info = broker.topics.get(name)
-        if info is None and auto_create and broker.config["auto.create.topics.enable"]:
+        if request.topics is not None and not access.allowed(broker, "Describe", access.TOPIC, name):
+            info, error = None, ErrorCode.topic_authorization_failed
+        elif info is None and auto_create and broker.config["auto.create.topics.enable"] and not (
+                access.on_cluster(broker, "Create") or access.allowed(broker, "Create", access.TOPIC, name)):
+            error = ErrorCode.topic_authorization_failed
+        elif info is None and auto_create and broker.config["auto.create.topics.enable"]:
             try:
                 info = await broker.create_topic(name, broker.config["num.partitions"],
                                                  broker.config["default.replication.factor"], {})

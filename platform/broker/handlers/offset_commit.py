@@ -3,6 +3,7 @@ kept in the offset registry (ZooKeeper ``/consumers/<group>/offsets/<topic>/<par
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 8
 
@@ -14,10 +15,17 @@ async def handle(broker, header, request):
     partition_cls = nested(cls, "OffsetCommitResponsePartition")
     offsets = {}
     bad = set()
+    refused = {}  # (topic, partition) -> an authorization error
+    group_ok = access.allowed(broker, "Read", access.GROUP, request.group_id)
     for topic in request.topics:
         info = broker.topics.get(topic.name)
+        readable = group_ok and access.allowed(broker, "Read", access.TOPIC, topic.name)
         for p in topic.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if not group_ok:
+                refused[(topic.name, p.partition_index)] = ErrorCode.group_authorization_failed
+            elif not readable:
+                refused[(topic.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 bad.add((topic.name, p.partition_index))
             else:
                 offsets[(topic.name, p.partition_index)] = (p.committed_offset, p.committed_metadata or "")
@@ -28,6 +36,7 @@ async def handle(broker, header, request):
                                            getattr(request, "group_instance_id", None))
     topics = tuple(build(topic_cls, name=topic.name, partitions=tuple(
         build(partition_cls, partition_index=p.partition_index,
-              error_code=ErrorCode.unknown_topic_or_partition if (topic.name, p.partition_index) in bad else error)
+              error_code=refused.get((topic.name, p.partition_index)) or (
+                  ErrorCode.unknown_topic_or_partition if (topic.name, p.partition_index) in bad else error))
         for p in topic.partitions)) for topic in request.topics)
     return build(cls, throttle_time=0, topics=topics)

@@ -4,6 +4,7 @@ UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends)."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 9
 
@@ -16,7 +17,15 @@ async def handle(broker, header, request):
     wanted = None
     if request.topics is not None:
         wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    error, committed = await broker.groups.fetch_offsets(request.group_id, wanted)
+    if not access.allowed(broker, "Describe", access.GROUP, request.group_id):
+        error, committed = ErrorCode.group_authorization_failed, {}
+    else:
+        error, committed = await broker.groups.fetch_offsets(request.group_id, wanted)
+    hidden = set()  # topics the principal may not Describe: refused when named, left out of "all"
+    if access.enabled(broker):
+        hidden = {t for t in {t for t, _ in (wanted or committed)}
+                  if not access.allowed(broker, "Describe", access.TOPIC, t)}
+        committed = {k: v for k, v in committed.items() if k[0] not in hidden}
     unstable = set()
     if getattr(request, "require_stable", False) and error == ErrorCode.none:
         unstable = await broker.txn.offsets.unstable(request.group_id, wanted)
@@ -30,5 +39,11 @@ async def handle(broker, header, request):
         for topic, p in wanted:
             by_topic.setdefault(topic, []).append(build(partition_cls, partition_index=p, committed_offset=-1,
                                                         committed_leader_epoch=-1, metadata="", error_code=error))
+    if wanted is not None and not error.value:
+        for topic, p in wanted:
+            if topic in hidden:
+                by_topic.setdefault(topic, []).append(build(
+                    partition_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                    error_code=ErrorCode.topic_authorization_failed))
     topics = tuple(build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
     return build(cls, throttle_time=0, topics=topics, error_code=error)

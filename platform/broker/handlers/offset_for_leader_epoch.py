@@ -6,6 +6,7 @@ Followers ask it before fetching from a new leader and truncate their log there 
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 
 KEY = 23
 
@@ -16,12 +17,17 @@ def handle(broker, header, request):
     topic_cls = nested(cls, "OffsetForLeaderTopicResult")
     partition_cls = nested(cls, "EpochEndOffset")
     topics = []
+    follower = getattr(request, "replica_id", -1) >= 0
+    cluster_ok = not follower or access.on_cluster(broker, "ClusterAction")
     for topic in request.topics:
         info = broker.topics.get(topic.topic)
         results = []
+        permitted = cluster_ok if follower else access.allowed(broker, "Describe", access.TOPIC, topic.topic)
         for p in topic.partitions:
             epoch, end = -1, -1
-            if info is None or not 0 <= p.partition < info.partitions:
+            if not permitted:
+                error = ErrorCode.topic_authorization_failed if not follower else ErrorCode.cluster_authorization_failed
+            elif info is None or not 0 <= p.partition < info.partitions:
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 error, plog = broker.leader_log(topic.topic, p.partition, p.current_leader_epoch)

@@ -48,6 +48,7 @@ from broker.log.producer_state import (
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import produce_response, records, validation
 from broker.protocol.messages import ErrorCode, ms
+from broker.security import access
 
 KEY = 0
 ACKS_ALL = -1
@@ -212,13 +213,20 @@ async def handle(broker, header, request):
     acks = request.acks
     topics = []
     admitted: list[_Partition] = []
+    txn_id = getattr(request, "transactional_id", None)
+    txn_denied = txn_id is not None and not access.allowed(broker, "Write", access.TRANSACTIONAL_ID, txn_id)
     for topic in request.topic_data:
         results = []
+        writable = access.allowed(broker, "Write", access.TOPIC, topic.name)
         for pdata in topic.partition_data:
             part = _Partition([pdata.index, ErrorCode.none.value, -1, -1, None], topic.name, pdata.index,
                               pdata.records)
             results.append(part.result)
-            if acks not in (0, 1, ACKS_ALL):
+            if txn_denied:  # Kafka refuses the whole request
+                part.fail(ErrorCode.transactional_id_authorization_failed)
+            elif not writable:
+                part.fail(ErrorCode.topic_authorization_failed)
+            elif acks not in (0, 1, ACKS_ALL):
                 part.fail(ErrorCode.invalid_required_acks)
             elif admit(broker, part, acks):
                 admitted.append(part)

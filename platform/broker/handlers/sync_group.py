@@ -2,7 +2,8 @@
 member's old member id is answered FENCED_INSTANCE_ID."""
 
 from broker.handlers.registry import handles
-from broker.protocol.messages import build, response_class
+from broker.protocol.messages import ErrorCode, build, response_class
+from broker.security import access
 
 KEY = 14
 
@@ -10,6 +11,9 @@ KEY = 14
 @handles(KEY, "SyncGroup", 0, 5)
 async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
+    if not access.allowed(broker, "Read", access.GROUP, request.group_id):
+        return build(cls, throttle_time=0, error_code=ErrorCode.group_authorization_failed, assignment=b"",
+                     protocol_type=None, protocol_name=None)
     error, assignment = await broker.groups.sync(request.group_id, request.member_id, request.generation_id,
                                                  {a.member_id: a.assignment for a in request.assignments},
                                                  getattr(request, "group_instance_id", None))

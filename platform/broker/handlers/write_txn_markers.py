@@ -5,7 +5,8 @@ leader, to write commit or abort markers (v0 is gone in Kafka 4; v2 is KIP-890's
 import asyncio
 
 from broker.handlers.registry import handles
-from broker.protocol.messages import build, nested, response_class
+from broker.protocol.messages import ErrorCode, build, nested, response_class
+from broker.security import access
 from broker.txn.markers import write_marker
 
 KEY = 27
@@ -18,11 +19,15 @@ async def handle(broker, header, request):
     topic_cls = nested(cls, "WritableTxnMarkerTopicResult")
     partition_cls = nested(cls, "WritableTxnMarkerPartitionResult")
     results = []
+    permitted = access.on_cluster(broker, "ClusterAction")
     for marker in request.markers:
         keys = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        errors = await asyncio.gather(*(write_marker(broker, name, p, marker.producer_id, marker.producer_epoch,
-                                                     bool(marker.transaction_result), marker.coordinator_epoch)
-                                        for name, p in keys))
+        if not permitted:
+            errors = [ErrorCode.cluster_authorization_failed] * len(keys)
+        else:
+            errors = await asyncio.gather(*(write_marker(broker, name, p, marker.producer_id, marker.producer_epoch,
+                                                         bool(marker.transaction_result), marker.coordinator_epoch)
+                                            for name, p in keys))
         by_topic: dict[str, list] = {}
         for (name, p), error in zip(keys, errors):
             by_topic.setdefault(name, []).append(build(partition_cls, partition_index=p, error_code=error))

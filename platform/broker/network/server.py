@@ -23,7 +23,7 @@ Connections over ``max.connections`` (the inter-broker listener exempt), a liste
 
 Security: an SSL or SASL_SSL listener serves TLS (``broker.security.tls``); on a SASL_PLAINTEXT or SASL_SSL
 listener a connection may send only ApiVersions, SaslHandshake and SaslAuthenticate until it has
-authenticated (anything else closes it, as Kafka does). Each connection's :class:`Session` (principal, SASL
+authenticated (anything else closes it, as Kafka does). Each connection's :class:`~broker.network.session.Session` (principal, peer host, SASL
 state) is in the context variable :data:`current_session`.
 """
 
@@ -39,6 +39,7 @@ from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
 from broker.handlers.api_versions import unsupported_version_response
 from broker.network.quotas import ConnectionQuotas
+from broker.network.session import Session, current_session  # noqa: F401  (re-exported for the SASL handlers)
 from broker.protocol import codec
 from broker.protocol.codec import MalformedRequest
 from broker.security import tls
@@ -114,20 +115,6 @@ class Responses:
         self.parts, self.size, self.count = [], 0, 0
 
 
-class Session:
-    """One connection's security state."""
-
-    def __init__(self, listener: str, protocol: str, principal: str = "User:ANONYMOUS"):
-        self.listener, self.protocol, self.principal = listener, protocol, principal
-        self.authenticated = not protocol.startswith("SASL_")
-        self.sasl = None  # the SASL exchange in progress (broker.security.sasl.ServerExchange)
-        self.raw_tokens = False  # after SaslHandshake v0: the next frames are bare SASL tokens
-        self.close_after_response = False  # a failed SASL step: answer, then close (as Kafka)
-
-
-current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("logbus_session", default=None)
-
-
 class KafkaListener:
     def __init__(self, broker, host: str, port: int, max_request_bytes: int, pool: MemoryPool | None = None,
                  name: str = "PLAINTEXT", quotas: ConnectionQuotas | None = None):
@@ -201,7 +188,7 @@ class KafkaListener:
         current_listener.set(self.name)
         ssl_object = writer.get_extra_info("ssl_object")
         session = Session(self.name, self.protocol,
-                          tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS")
+                          tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS", ip)
         current_session.set(session)
         responses = Responses(writer)
         try:

@@ -39,3 +39,9 @@ class AclFileStore:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
+
+    def add(self, acls) -> None:
+        self.save(self.load() | set(acls))
+
+    def remove(self, acls) -> None:
+        self.save(self.load() - set(acls))

@@ -1,0 +1,22 @@
+"""One connection's security state, reachable from any handler through the context variable
+:data:`current_session` (set by the listener for the task that serves the connection; ``None`` outside one)."""
+
+from __future__ import annotations
+
+import contextvars
+
+ANONYMOUS = "User:ANONYMOUS"
+
+
+class Session:
+    """Who is on the other end of a connection: listener, principal, peer host, the SASL exchange's state."""
+
+    def __init__(self, listener: str, protocol: str, principal: str = ANONYMOUS, host: str = ""):
+        self.listener, self.protocol, self.principal, self.host = listener, protocol, principal, host
+        self.authenticated = not protocol.startswith("SASL_")
+        self.sasl = None  # the SASL exchange in progress (broker.security.sasl.ServerExchange)
+        self.raw_tokens = False  # after SaslHandshake v0: the next frames are bare SASL tokens
+        self.close_after_response = False  # a failed SASL step: answer, then close (as Kafka)
+
+
+current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("logbus_session", default=None)

@@ -1,0 +1,48 @@
+"""What handlers ask before they act: may this connection's principal do ``operation`` on a resource?
+
+Answers come from the broker's :class:`~broker.security.acl_authorizer.AclAuthorizer` and the connection's
+:class:`~broker.network.session.Session`. Without an authorizer (no ``authorizer.class.name``) everything is
+allowed, as in Kafka; a call outside any connection (the broker's own work) is allowed too.
+
+Resource types and operations use Kafka's names (Topic, Group, Cluster, TransactionalId; Read, Write, Create,
+Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite). The cluster resource's
+name is ``kafka-cluster``.
+"""
+
+from __future__ import annotations
+
+from broker.network.session import current_session
+
+CLUSTER_NAME = "kafka-cluster"
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = "Topic", "Group", "Cluster", "TransactionalId"
+
+
+def enabled(broker) -> bool:
+    return getattr(broker, "authorizer", None) is not None
+
+
+def allowed(broker, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> bool:
+    authorizer = getattr(broker, "authorizer", None)
+    if authorizer is None:
+        return True
+    session = current_session.get()
+    if session is None:
+        return True
+    return authorizer.allowed(session.principal, session.host, operation, resource_type, name)
+
+
+def on_cluster(broker, operation: str) -> bool:
+    return allowed(broker, operation, CLUSTER)
+
+
+def allowed_on_some(broker, operation: str, resource_type: str) -> bool:
+    authorizer = getattr(broker, "authorizer", None)
+    session = current_session.get()
+    if authorizer is None or session is None:
+        return True
+    return authorizer.allowed_on_some(session.principal, session.host, operation, resource_type)
+
+
+def principal() -> str:
+    session = current_session.get()
+    return session.principal if session is not None else "User:ANONYMOUS"
