@@ -60,6 +60,13 @@ def _authorizer(raw: str) -> str:
                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "logbus.AclAuthorizer")(raw)
 
 
+def _metrics_listener(raw: str) -> str:
+    from broker.metrics import parse_listener
+
+    parse_listener(raw.strip())
+    return raw.strip()
+
+
 def _str(raw: str) -> str:
     return raw.strip()
 
@@ -171,6 +178,8 @@ KEYS: dict[str, Key] = {
         Key("broker.id", _int(0), 0, "This broker's id."),
         Key("listeners", _listeners, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen: NAME://host:port, "
             "comma-separated, one port each (an empty host binds every interface)."),
+        Key("metrics.listener", _metrics_listener, "", "Where to serve Prometheus metrics: http://HOST:PORT "
+            "(path /metrics; empty: off)."),
         Key("advertised.listeners", _listeners, None, "What Metadata tells clients, per listener name: a client "
             "gets the brokers' addresses of the listener it connected to (default: listeners)."),
         Key("listener.security.protocol.map", _protocol_map, DEFAULT_PROTOCOL_MAP,

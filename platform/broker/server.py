@@ -30,6 +30,7 @@ from broker.metadata.topics import (
     validate_topic_configs,
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
+from broker.metrics import BrokerMetrics
 from broker.network.quotas import ConnectionQuotas
 from broker.security.acl_authorizer import AclAuthorizer
 from broker.protocol.messages import ErrorCode
@@ -71,6 +72,7 @@ class Broker:
         self.txn = TransactionCoordinator(self)
         self.cleaner = LogCleaner(self)
         self.authorizer = AclAuthorizer.from_broker(self)  # None: every request allowed
+        self.metrics = BrokerMetrics()
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
         self._stopping = asyncio.Event()
@@ -408,6 +410,7 @@ class Broker:
             await self.authorizer.start()
         for listener in self.listeners.values():
             await listener.serve()
+        self.metrics.start(self, self.config["metrics.listener"])
         log.info("logbus broker %d listening on %s (log.dirs=%s)", self.node_id,
                  ", ".join(f"{n}://{x.host}:{x.port}" for n, x in self.listeners.items()), ",".join(self.log_dirs))
 
@@ -437,6 +440,7 @@ class Broker:
         await self.groups.stop()
         for listener in self.listeners.values():
             listener.close()
+        self.metrics.stop()
         if self.cluster is not None:
             try:
                 clean = await self.cluster.stop(step)

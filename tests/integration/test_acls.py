@@ -336,3 +336,32 @@ def test_logbus_acls_through_zookeeper_reach_every_broker_and_through_a_broker(c
     for b in cluster.brokers:
         wait_until(lambda: produce(cluster.conf("bob", broker=b), topic, 1)[0] is not None, 20, interval=0.5,
                    what=f"broker {b.settings['broker.id']} dropping the removed ACL")
+
+
+def test_standalone_broker_keeps_acls_in_its_log_dir_and_allows_everyone_where_none_apply(tmp_path):
+    """No ZooKeeper: ACLs in ``acls.json`` of the first log dir, kept across a restart; with
+    ``allow.everyone.if.no.acl.found=true`` a resource without ACLs stays open and one with ACLs is closed to others."""
+    b = BrokerProcess(tmp_path / "standalone", num_partitions=1)
+    b.settings.update({"authorizer.class.name": "logbus.AclAuthorizer", "allow.everyone.if.no.acl.found": "true"})
+    b.start()
+    try:
+        anonymous = {"bootstrap.servers": b.bootstrap}
+        admin = AdminClient(anonymous)
+        for name in ("open", "closed"):
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(20)
+        binding = AclBinding(ResourceType.TOPIC, "closed", ResourcePatternType.LITERAL, "User:alice", "*",
+                             AclOperation.WRITE, AclPermissionType.ALLOW)
+        admin.create_acls([binding])[binding].result(20)  # no ACL on the cluster yet: everyone may Alter it
+        assert (b.log_dir / "acls.json").exists()
+
+        def outcomes():
+            return {t: produce(anonymous, t, 1)[0] for t in ("open", "closed")}
+
+        first = outcomes()
+        assert first["open"] is None and first["closed"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        b.stop()
+        b.start()
+        again = outcomes()
+        assert again["open"] is None and again["closed"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        b.stop()

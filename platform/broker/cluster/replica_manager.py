@@ -170,6 +170,7 @@ class ReplicaManager:
                 log.info("leader of %s-%d (epoch %d, isr %s)", topic, index, state.leader_epoch, list(state.isr))
                 self.broker.notify_append(topic, index)
             else:
+                self.broker.metrics.isr_changed(part.isr, state.isr)  # the controller's (a broker died); ours: 0
                 part.isr, part.zk_version, part.replicas = state.isr, state.version, replicas
                 for r in replicas:
                     if r != self.broker_id:
@@ -216,6 +217,7 @@ class ReplicaManager:
             stat = await self.zk.call(self.zk.client.set, znodes.state_path(part.topic, part.index),
                                       znodes.encode_state(state), version=part.zk_version)
             if part.is_leader and part.leader_epoch == state.leader_epoch:
+                self.broker.metrics.isr_changed(part.isr, isr)
                 part.isr, part.zk_version = isr, stat.version
                 part.maybe_advance_high_watermark()
                 self.broker.notify_append(part.topic, part.index)

@@ -99,4 +99,10 @@ async def handle(broker, header, request):
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             break
         await broker.wait_for_append(keys, remaining)
+    replica = getattr(request, "replica_id", -1) >= 0
+    for name, partitions in topics:
+        sent = sum(len(d.records) if isinstance(d.records, (bytes, bytearray)) else d.records.size
+                   for d in partitions)
+        if sent:
+            broker.metrics.fetched(name, sent, replica)
     return RawResponse(fetch_response.encode(header.api_version, header.correlation_id, topics))

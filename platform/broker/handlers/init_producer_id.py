@@ -27,7 +27,7 @@ async def handle(broker, header, request):
     # Without a transactional id Kafka always hands out a new producer id, epoch 0, whatever producer id and epoch
     # the request names (KIP-360's bump is for transactional ids): no client can take over another's producer id,
     # and no epoch ever nears its 32767 limit here.
-    if not (access.on_cluster(broker, "IdempotentWrite")  # KIP-679: or Write on some topic
+    if not (access.on_cluster(broker, "IdempotentWrite", quiet=True)  # KIP-679: or Write on some topic
             or access.allowed_on_some(broker, "Write", access.TOPIC)):
         return build(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, producer_id=-1,
                      producer_epoch=-1)

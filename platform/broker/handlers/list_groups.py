@@ -12,8 +12,8 @@ def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     listed_cls = nested(cls, "ListedGroup")
     states = set(getattr(request, "states_filter", ()) or ())
-    everything = access.on_cluster(broker, "Describe")  # else only the groups it may Describe, no error
+    everything = access.on_cluster(broker, "Describe", quiet=True)  # else only the groups it may Describe, no error
     groups = tuple(build(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
                          group_state=g.state) for g in broker.groups.listed() if (not states or g.state in states) and (
-                       everything or access.allowed(broker, "Describe", access.GROUP, g.group_id)))
+                       everything or access.allowed(broker, "Describe", access.GROUP, g.group_id, quiet=True)))
     return build(cls, throttle_time=0, error_code=0, groups=groups)

@@ -24,7 +24,7 @@ async def handle(broker, header, request):
     if request.topics is None or (version == 0 and not request.topics):
         names = sorted(broker.topics.topics)  # v0: empty list means all; v1+: null means all
         if access.enabled(broker):
-            names = [n for n in names if access.allowed(broker, "Describe", access.TOPIC, n)]
+            names = [n for n in names if access.allowed(broker, "Describe", access.TOPIC, n, quiet=True)]
         auto_create = False
     else:
         names = []
@@ -49,7 +49,7 @@ async def handle(broker, header, request):
         if request.topics is not None and not access.allowed(broker, "Describe", access.TOPIC, name):
             info, error = None, ErrorCode.topic_authorization_failed
         elif info is None and auto_create and broker.config["auto.create.topics.enable"] and not (
-                access.on_cluster(broker, "Create") or access.allowed(broker, "Create", access.TOPIC, name)):
+                access.on_cluster(broker, "Create", quiet=True) or access.allowed(broker, "Create", access.TOPIC, name)):
             error = ErrorCode.topic_authorization_failed
         elif info is None and auto_create and broker.config["auto.create.topics.enable"]:
             try:

@@ -24,7 +24,7 @@ async def handle(broker, header, request):
     hidden = set()  # topics the principal may not Describe: refused when named, left out of "all"
     if access.enabled(broker):
         hidden = {t for t in {t for t, _ in (wanted or committed)}
-                  if not access.allowed(broker, "Describe", access.TOPIC, t)}
+                  if not access.allowed(broker, "Describe", access.TOPIC, t, quiet=wanted is None)}
         committed = {k: v for k, v in committed.items() if k[0] not in hidden}
     unstable = set()
     if getattr(request, "require_stable", False) and error == ErrorCode.none:

@@ -189,6 +189,7 @@ def append(broker, part: _Partition, awaited: bool) -> int:
     if broker.cluster is not None:
         broker.cluster.partition(part.topic, part.index).maybe_advance_high_watermark()
     broker.notify_append(part.topic, part.index)
+    broker.metrics.produced(part.topic, part.outcome.records, len(part.data))
     part.result[1:] = [ErrorCode.none.value, base, plog.log_start_offset, None]
     if part.policy.log_append_time:
         part.result.append(part.now)  # log_append_time_ms

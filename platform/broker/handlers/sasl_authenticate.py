@@ -23,6 +23,7 @@ async def handle(broker, header, request):
         reply = await session.sasl.respond(request.auth_bytes)
     except SaslFailure as exc:
         session.close_after_response = True
+        broker.metrics.failed_authentications[session.listener] += 1
         return build(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"",
                      session_lifetime=0)
     if session.sasl.complete:

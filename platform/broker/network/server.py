@@ -34,6 +34,7 @@ import contextvars
 import inspect
 import logging
 import os
+import time
 
 from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
@@ -262,23 +263,25 @@ class KafkaListener:
             raise MalformedRequest(f"{api.name} v{header.api_version} is not supported "
                                    f"(v{api.min_version}-{api.max_version})")
         request = codec.decode_body(header, payload)
+        started = time.perf_counter()
         result = api.handler(self.broker, header, request)
         if inspect.isawaitable(result):
             result = await result
+        self.broker.metrics.request(api.name, time.perf_counter() - started)
         if result is NO_RESPONSE:
             return None
         if isinstance(result, RawResponse):
             return result.parts
         return [codec.encode_response(header.api_key, header.api_version, header.correlation_id, result)]
 
-    @staticmethod
-    async def _raw_sasl_token(session: Session, token: bytes) -> list:
+    async def _raw_sasl_token(self, session: Session, token: bytes) -> list:
         from broker.security.sasl import SaslFailure
 
         session.raw_tokens = False
         try:
             reply = await session.sasl.respond(token)
         except SaslFailure as exc:
+            self.broker.metrics.failed_authentications[session.listener] += 1
             raise MalformedRequest(f"SASL authentication failed: {exc}") from None
         if session.sasl.complete:
             session.authenticated, session.principal = True, session.sasl.principal

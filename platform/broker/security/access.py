@@ -21,18 +21,20 @@ def enabled(broker) -> bool:
     return getattr(broker, "authorizer", None) is not None
 
 
-def allowed(broker, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> bool:
+def allowed(broker, operation: str, resource_type: str, name: str = CLUSTER_NAME, quiet: bool = False) -> bool:
+    """``quiet``: a denial here is not logged (a filter, or the first of two alternatives), as Kafka's
+    ``logIfDenied=false``."""
     authorizer = getattr(broker, "authorizer", None)
     if authorizer is None:
         return True
     session = current_session.get()
     if session is None:
         return True
-    return authorizer.allowed(session.principal, session.host, operation, resource_type, name)
+    return authorizer.allowed(session.principal, session.host, operation, resource_type, name, quiet)
 
 
-def on_cluster(broker, operation: str) -> bool:
-    return allowed(broker, operation, CLUSTER)
+def on_cluster(broker, operation: str, quiet: bool = False) -> bool:
+    return allowed(broker, operation, CLUSTER, quiet=quiet)
 
 
 def allowed_on_some(broker, operation: str, resource_type: str) -> bool:

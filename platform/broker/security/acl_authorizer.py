@@ -86,10 +86,11 @@ class AclAuthorizer:
                 return
 
     # ---- questions -----------------------------------------------------------------------------------
-    def allowed(self, principal: str, host: str, operation: str, resource_type: str, name: str) -> bool:
+    def allowed(self, principal: str, host: str, operation: str, resource_type: str, name: str,
+                quiet: bool = False) -> bool:
         ok = matching.authorize(self.acls, principal, host, operation, resource_type, name,
                                 super_users=self.super_users, allow_if_no_acl=self.allow_if_no_acl)
-        if not ok:
+        if not ok and not quiet:
             self.denied += 1
             key = (principal, host, operation, resource_type, name)
             if key not in self._logged and len(self._logged) < LOGGED_DENIALS:  # once each, as a bounded set

@@ -1,0 +1,219 @@
+"""The broker's metrics, served in Prometheus' text format on ``metrics.listener`` (``http://HOST:PORT``, path
+``/metrics``; empty: off), named after Kafka's JMX metrics the way the Prometheus JMX exporter renders them
+(``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=T`` →
+``kafka_server_brokertopicmetrics_messagesin_total{topic="T"}``).
+
+The request path only adds to plain counters (a few dict operations per request, no lock): request counts and
+latency buckets per API, messages and bytes per topic. Everything else is read at scrape time from the broker's
+own state — partitions led, ISRs, the controller role, log sizes, purgatories, connections — and that read runs
+on the broker's event loop (the HTTP server's thread hands it over and waits), so a scrape never sees a
+half-changed structure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections import defaultdict
+from urllib.parse import urlparse
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import CollectorRegistry
+
+log = logging.getLogger(__name__)
+
+# request latency buckets (seconds), from sub-millisecond answers to long-polled fetches
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+SCRAPE_TIMEOUT_S = 5.0
+
+
+def parse_listener(value: str) -> tuple[str, int] | None:
+    """``http://HOST:PORT`` → (host, port); empty → None. ValueError otherwise."""
+    if not value:
+        return None
+    url = urlparse(value)
+    if url.scheme != "http" or not url.port or url.path not in ("", "/"):
+        raise ValueError("must be http://HOST:PORT")
+    return url.hostname or "0.0.0.0", url.port
+
+
+class BrokerMetrics:
+    """The counters the request path feeds; gauges come from :meth:`snapshot` at scrape time."""
+
+    def __init__(self):
+        self.requests: dict[str, list] = {}  # api -> [count, seconds, per-bucket counts (+1 overflow)]
+        self.messages_in: dict[str, int] = defaultdict(int)
+        self.bytes_in: dict[str, int] = defaultdict(int)
+        self.bytes_out: dict[str, int] = defaultdict(int)
+        self.replication_bytes_out: dict[str, int] = defaultdict(int)
+        self.failed_produce: dict[str, int] = defaultdict(int)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.failed_authentications: dict[str, int] = defaultdict(int)  # per listener
+        self._server = None
+
+    # ---- the request path --------------------------------------------------------------------------------
+    def request(self, api: str, seconds: float) -> None:
+        entry = self.requests.get(api)
+        if entry is None:
+            entry = self.requests[api] = [0, 0.0, [0] * (len(BUCKETS) + 1)]
+        entry[0] += 1
+        entry[1] += seconds
+        entry[2][bisect.bisect_left(BUCKETS, seconds)] += 1
+
+    def produced(self, topic: str, messages: int, nbytes: int) -> None:
+        self.messages_in[topic] += messages
+        self.bytes_in[topic] += nbytes
+
+    def fetched(self, topic: str, nbytes: int, replica: bool) -> None:
+        (self.replication_bytes_out if replica else self.bytes_out)[topic] += nbytes
+
+    def isr_changed(self, before: tuple, after: tuple) -> None:
+        if set(after) < set(before):
+            self.isr_shrinks += 1
+        elif set(after) > set(before):
+            self.isr_expands += 1
+
+    # ---- exposition --------------------------------------------------------------------------------------
+    def start(self, broker, listener: str) -> tuple[str, int] | None:
+        """Serve ``/metrics`` on the listener (a thread of prometheus_client's); the address it bound."""
+        where = parse_listener(listener)
+        if where is None:
+            return None
+        from prometheus_client import start_http_server
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self, broker, asyncio.get_running_loop()))
+        self._server, _thread = start_http_server(where[1], where[0], registry=registry)
+        bound = self._server.server_address[:2]
+        log.info("metrics on http://%s:%d/metrics", *bound)
+        return bound
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _Collector:
+    def __init__(self, metrics: BrokerMetrics, broker, loop: asyncio.AbstractEventLoop):
+        self.metrics, self.broker, self.loop = metrics, broker, loop
+
+    def collect(self):  # the HTTP server's thread
+        if self.loop.is_closed():
+            return []
+        future = asyncio.run_coroutine_threadsafe(_snapshot(self.metrics, self.broker), self.loop)
+        try:
+            return future.result(SCRAPE_TIMEOUT_S)
+        except Exception:  # a busy or stopping broker: an empty scrape, which Prometheus reports as such
+            future.cancel()
+            log.warning("metrics scrape: no snapshot within %gs", SCRAPE_TIMEOUT_S)
+            return []
+
+
+def _counter(name: str, doc: str, labels: list[str], values) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, value in values:
+        family.add_metric(list(key), value)
+    return family
+
+
+def _gauge(name: str, doc: str, value: float, labels: list[str] | None = None, values=None) -> GaugeMetricFamily:
+    if labels:
+        family = GaugeMetricFamily(name, doc, labels=labels)
+        for key, v in values:
+            family.add_metric(list(key), v)
+        return family
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+async def _snapshot(m: BrokerMetrics, broker) -> list:
+    out = []
+    requests = _counter("kafka_network_requestmetrics_requests", "Requests answered, per API (RequestsPerSec).",
+                        ["request"], [((api, ), e[0]) for api, e in m.requests.items()])
+    latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltime_seconds",
+                                    "Time from a request's arrival to its answer, per API (TotalTimeMs).",
+                                    labels=["request"])
+    for api, (count, total, buckets) in m.requests.items():
+        cumulative, running = [], 0
+        for bound, n in zip((*map(str, BUCKETS), "+Inf"), buckets):
+            running += n
+            cumulative.append((bound, running))
+        latency.add_metric([api], cumulative, total)
+    out += [requests, latency]
+    for name, doc, values in (
+            ("messagesin", "Records appended, per topic (MessagesInPerSec).", m.messages_in),
+            ("bytesin", "Bytes appended by producers, per topic (BytesInPerSec).", m.bytes_in),
+            ("bytesout", "Bytes sent to consumers, per topic (BytesOutPerSec).", m.bytes_out),
+            ("replicationbytesout", "Bytes sent to follower brokers, per topic (ReplicationBytesOutPerSec).",
+             m.replication_bytes_out)):
+        out.append(_counter(f"kafka_server_brokertopicmetrics_{name}", doc, ["topic"],
+                            [((t, ), v) for t, v in values.items()]))
+    out.append(_counter("kafka_server_replicamanager_isrshrinks", "ISR shrinks of partitions this broker leads "
+                        "(by itself, or by the controller when a broker's session ended).",
+                        [], [((), m.isr_shrinks)]))
+    out.append(_counter("kafka_server_replicamanager_isrexpands", "ISR expansions of partitions this broker leads.",
+                        [], [((), m.isr_expands)]))
+    out.append(_counter("kafka_server_socketservermetrics_failed_authentication",
+                        "Failed SASL authentications, per listener.", ["listener"],
+                        [((name, ), m.failed_authentications.get(name, 0)) for name in broker.listeners]))
+    authorizer = getattr(broker, "authorizer", None)
+    if authorizer is not None:
+        out.append(_counter("kafka_server_authorizer_authorization_denied", "Operations the ACLs refused.", [],
+                            [((), authorizer.denied)]))
+    out.append(_gauge("kafka_server_socketservermetrics_connection_count", "Open client connections, per listener.",
+                      0, ["listener"], [((name, ), len(x._connections)) for name, x in broker.listeners.items()]))
+    out += _partition_gauges(broker)
+    return out
+
+
+def _partition_gauges(broker) -> list:
+    led = under = under_min = offline = produce_waiting = 0
+    sizes = []
+    cluster = broker.cluster
+    min_isr_default = broker.config["min.insync.replicas"]
+    for name in sorted(broker.topics.topics):
+        info = broker.topics.get(name)
+        if info is None:
+            continue
+        needed = int(info.configs.get("min.insync.replicas", min_isr_default))
+        for p in range(info.partitions):
+            _error, leader, *_ = broker.partition_view(name, p)
+            if leader < 0:
+                offline += 1
+            if cluster is None:
+                plog = broker.logs.get(name, p)
+                if plog is not None:
+                    led += 1
+                    sizes.append(((name, str(p)), plog.size_bytes))
+                continue
+            part = cluster.partition(name, p)
+            if part is None:
+                continue
+            sizes.append(((name, str(p)), part.log.size_bytes))
+            if part.is_leader:
+                led += 1
+                produce_waiting += len(part._waiters)
+                if len(part.isr) < len(part.replicas):
+                    under += 1
+                if len(part.isr) < needed:
+                    under_min += 1
+    active = 1 if cluster is None or cluster.controller.active else 0
+    fetch_waiting = sum(len(w) for w in broker._waiters.values())
+    return [
+        _gauge("kafka_server_replicamanager_leadercount", "Partitions this broker leads.", led),
+        _gauge("kafka_server_replicamanager_underreplicatedpartitions",
+               "Partitions this broker leads whose ISR is smaller than their replica set.", under),
+        _gauge("kafka_server_replicamanager_underminisrpartitioncount",
+               "Partitions this broker leads whose ISR is smaller than min.insync.replicas.", under_min),
+        _gauge("kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller.", active),
+        _gauge("kafka_controller_kafkacontroller_offlinepartitionscount",
+               "Partitions without a leader (reported by the active controller, 0 elsewhere).",
+               offline if active else 0),
+        _gauge("kafka_log_log_size", "Bytes of a partition's log on this broker.", 0, ["topic", "partition"], sizes),
+        _gauge("kafka_server_delayedoperationpurgatory_purgatorysize",
+               "Requests waiting: produce (acks=all) and fetch (long polls).", 0, ["delayedoperation"],
+               [(("Produce", ), produce_waiting), (("Fetch", ), fetch_waiting)]),
+    ]

@@ -1,0 +1,104 @@
+"""The brokers' /metrics (issue 21 item 1) on a 3-broker cluster, scraped over HTTP as Prometheus does: the
+numbers move with traffic (messages and bytes in per topic equal what was produced, bytes out follow a consumer,
+request counts and latency histograms per API), leadership and the controller add up across brokers, and a
+broker killed with ``kill -9`` shows as under-replicated partitions on the others, then recovers."""
+
+import time
+import uuid
+
+import pytest
+import requests
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+from support import BrokerProcess, Cluster, free_port, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("metrics"), size=3, default_replication_factor=3)
+    c.zookeeper.start()
+    try:
+        for i in range(3):
+            b = BrokerProcess(c.dir / f"broker{i}", broker_id=i, zookeeper_connect=c.zookeeper.connect + c.chroot,
+                              **c.overrides)
+            b.metrics_port = free_port()
+            b.settings["metrics.listener"] = f"http://127.0.0.1:{b.metrics_port}"
+            c.brokers[i] = b.start()
+        c.wait_registered({0, 1, 2})
+        c.wait_brokers_seen()
+        yield c
+    finally:
+        c.stop()
+
+
+def scrape(broker) -> dict[tuple[str, tuple], float]:
+    """Every sample of one broker's /metrics: (name, sorted labels) -> value."""
+    body = requests.get(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples}
+
+
+def total(cluster, name: str, **labels) -> float:
+    want = set(labels.items())
+    return sum(v for b in cluster.brokers.values() if b.alive() for (n, ls), v in scrape(b).items()
+               if n == name and want <= set(ls))
+
+
+def test_metrics_move_with_traffic(cluster):
+    topic = f"m-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    produces_before = total(cluster, "kafka_network_requestmetrics_requests_total", request="Produce")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    payload = b"x" * 100
+    for i in range(1000):
+        producer.produce(topic, payload, str(i).encode())
+    assert producer.flush(30) == 0
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 1000
+    assert total(cluster, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) > 1000 * 100
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", request="Produce") > produces_before
+    # the latency histogram: every Produce answered is counted in +Inf, none below 0
+    assert total(cluster, "kafka_network_requestmetrics_totaltime_seconds_bucket", request="Produce", le="+Inf") \
+        == total(cluster, "kafka_network_requestmetrics_totaltime_seconds_count", request="Produce")
+    # followers fetched the records: replication bytes out on the leaders
+    wait_until(lambda: total(cluster, "kafka_server_brokertopicmetrics_replicationbytesout_total", topic=topic)
+               >= 2 * 1000 * 100, 20, what="both followers' copies counted")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "m", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 1000 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            seen += 1
+    consumer.close()
+    assert seen == 1000
+    assert total(cluster, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) > 1000 * 100
+    # the cluster's shape adds up: one active controller, each partition led once, logs on all three
+    assert total(cluster, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert total(cluster, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert total(cluster, "kafka_log_log_size", topic=topic) > 3 * 1000 * 100  # three copies
+    assert total(cluster, "kafka_server_socketservermetrics_connection_count") > 0
+
+
+def test_a_killed_broker_shows_as_under_replicated_partitions_then_recovers(cluster):
+    topic = f"ur-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 6, 3)])[topic].result(30)
+    wait_until(lambda: total(cluster, "kafka_server_replicamanager_leadercount", ) >= 6, 20, what="leaders")
+    victim = cluster.brokers[2]
+    victim.kill9()
+    # the others drop it from their ISRs after replica.lag.time.max.ms (3 s here)
+    wait_until(lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") >= 6, 30,
+               interval=0.5, what="under-replicated partitions reported")
+    # ISRs of partitions the survivors led shrank (by the controller, which saw the broker's session end, or by
+    # the leader after replica.lag.time.max.ms); the victim's own partitions moved to new leaders instead
+    assert total(cluster, "kafka_server_replicamanager_isrshrinks_total") >= 1
+    victim.start()
+    wait_until(lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") == 0, 60,
+               interval=0.5, what="the ISRs whole again")
+    assert total(cluster, "kafka_server_replicamanager_isrexpands_total") >= 6  # every partition took it back
