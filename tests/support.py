@@ -376,6 +376,20 @@ class Cluster:
         self.zookeeper.stop()
 
 
+def start_with_metrics(c: Cluster) -> Cluster:
+    """Start ``c`` with brokers serving /metrics (``metrics.listener`` on a free port each, kept as the broker's
+    ``metrics_port``); the caller stops it (``c.stop()``), also when starting failed half-way."""
+    c.zookeeper.start()
+    for i in range(c.size):
+        b = BrokerProcess(c.dir / f"broker{i}", broker_id=i, zookeeper_connect=c.zookeeper.connect + c.chroot,
+                          **c.overrides)
+        b.metrics_port = free_port()
+        b.settings["metrics.listener"] = f"http://127.0.0.1:{b.metrics_port}"
+        c.brokers[i] = b.start()
+    c.wait_registered(set(range(c.size)))
+    return c
+
+
 class EnsembleCluster(Cluster):
     """``Cluster`` on a ZooKeeper ensemble of ``zookeeper_size`` nodes instead of one ZooKeeper."""
 

@@ -95,3 +95,37 @@ def check_complete(report: dict, audit: str, airflow: str, token: str, until_ms:
     assert page.status_code == 200 and "<th colspan=6>warehouse</th>" in page.text
     assert http.get(f"{audit}/", timeout=30).status_code == 200
     return closed
+
+
+def check_prometheus(url: str, jobs: set[str], timeout: float = 60) -> dict[str, float]:
+    """The topology's Prometheus scrapes every target of ``jobs`` (all up) and sees traffic: records in on both
+    datacenters' brokers, records through the mirror, audit completeness. Returns those sums."""
+    http = requests.Session()
+    http.trust_env = False  # loopback
+
+    def query(expr: str) -> list:
+        return http.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()["data"]["result"]
+
+    def targets() -> dict[str, list[str]]:
+        active = http.get(f"{url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        out: dict[str, list[str]] = {}
+        for t in active:
+            out.setdefault(t["labels"]["job"], []).append(t["health"])
+        return out
+
+    wait_until(lambda: set(targets()) >= jobs and all(h == ["up"] * len(h) for h in targets().values()), timeout,
+               interval=1, what=f"Prometheus scraping every target up: {targets()}")
+    sums: dict[str, float] = {}
+
+    def traffic() -> bool:
+        for dc in ("live", "offline"):
+            rows = query(f'sum(kafka_server_brokertopicmetrics_messagesin_total{{datacenter="{dc}"}})')
+            sums[f"messages_in_{dc}"] = float(rows[0]["value"][1]) if rows else 0.0
+        rows = query("sum(logbus_mirror_records_total)")
+        sums["mirrored"] = float(rows[0]["value"][1]) if rows else 0.0
+        rows = query("count(logbus_audit_closed_window_completeness_percent)")
+        sums["audited_series"] = float(rows[0]["value"][1]) if rows else 0.0
+        return all(v > 0 for v in sums.values())
+
+    wait_until(traffic, timeout, interval=2, what=f"traffic seen through Prometheus: {sums}")
+    return sums

@@ -70,6 +70,8 @@ class TierCounter:
         self.dirty: set[tuple[str, int, str]] = set()
         self.malformed = 0
         self.restarts = 0
+        self.counted: dict[str, int] = {}  # audited records counted, per topic (metrics)
+        self.rounds = 0  # rounds published (metrics)
 
     # ---- recovery -----------------------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -177,6 +179,7 @@ class TierCounter:
         entry = self.counts.setdefault(key, {"count": 0, "seqs": RangeSet(), "end": end,
                                              "host": headers.get(HOST_HEADER, b"").decode(errors="replace")})
         entry["count"] += 1
+        self.counted[key[0]] = self.counted.get(key[0], 0) + 1
         entry["seqs"].add(seq)
         self.dirty.add(key)
 
@@ -203,6 +206,7 @@ class TierCounter:
                                for (t, p), o in sorted(self.positions.items())]}, failed)
         self._flush(failed, "round marker")
         self.dirty.clear()
+        self.rounds += 1
         return True
 
     def _flush(self, failed: list, what: str) -> None:

@@ -17,7 +17,7 @@ Config (Java properties):
 
 Security (README "Audit service"): ``listeners=https://...`` with the server's ``ssl.keystore.*``,
 ``ssl.key.password``, ``ssl.client.authentication`` (settings.http_server); a login on every route but
-``/health``: ``authentication.method=BASIC`` (``authentication.users.file`` or ``authentication.jaas.file``, a Jetty
+``/health`` and ``/metrics`` (Prometheus' text format, counts only): ``authentication.method=BASIC`` (``authentication.users.file`` or ``authentication.jaas.file``, a Jetty
 password file as the registry's), ``BEARER`` (``authentication.bearer.tokens``) or ``BASIC,BEARER``;
 ``authentication.realm``, ``authentication.roles``. The readers' Kafka client security: ``security.protocol``,
 ``sasl.*``, ``ssl.truststore.location`` / ``ssl.ca.location``, ``ssl.certificate.location`` /
@@ -160,6 +160,16 @@ def create_app(service: AuditService):
     def health():
         return {"status": "ok"}
 
+    @app.get("/metrics")
+    def metrics():  # Prometheus' text format; open like /health (counts only, no record content)
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from audit.metrics import service_families
+        from telemetry.exposition import registry_for
+
+        return Response(generate_latest(registry_for(lambda: service_families(service.rows()))),
+                        media_type=CONTENT_TYPE_LATEST)
+
     def query(request: Request) -> list[dict] | JSONResponse:
         q = request.query_params
         try:
@@ -199,7 +209,7 @@ def create_app(service: AuditService):
 
     if service.config.authenticator is None:
         return app
-    return http_auth.HttpAuth(app, service.config.authenticator, open_paths=("/health",))
+    return http_auth.HttpAuth(app, service.config.authenticator, open_paths=("/health", "/metrics"))
 
 
 def run(path: str) -> int:

@@ -61,7 +61,7 @@ def _authorizer(raw: str) -> str:
 
 
 def _metrics_listener(raw: str) -> str:
-    from broker.metrics import parse_listener
+    from telemetry.exposition import parse_listener
 
     parse_listener(raw.strip())
     return raw.strip()

@@ -16,26 +16,16 @@ import asyncio
 import bisect
 import logging
 from collections import defaultdict
-from urllib.parse import urlparse
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import CollectorRegistry
+
+from telemetry.exposition import MetricsServer, counter as _counter_family, gauge as _gauge_family
 
 log = logging.getLogger(__name__)
 
 # request latency buckets (seconds), from sub-millisecond answers to long-polled fetches
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SCRAPE_TIMEOUT_S = 5.0
-
-
-def parse_listener(value: str) -> tuple[str, int] | None:
-    """``http://HOST:PORT`` → (host, port); empty → None. ValueError otherwise."""
-    if not value:
-        return None
-    url = urlparse(value)
-    if url.scheme != "http" or not url.port or url.path not in ("", "/"):
-        raise ValueError("must be http://HOST:PORT")
-    return url.hostname or "0.0.0.0", url.port
 
 
 class BrokerMetrics:
@@ -78,55 +68,36 @@ class BrokerMetrics:
     # ---- exposition --------------------------------------------------------------------------------------
     def start(self, broker, listener: str) -> tuple[str, int] | None:
         """Serve ``/metrics`` on the listener (a thread of prometheus_client's); the address it bound."""
-        where = parse_listener(listener)
-        if where is None:
-            return None
-        from prometheus_client import start_http_server
+        loop = asyncio.get_running_loop()
 
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(self, broker, asyncio.get_running_loop()))
-        self._server, _thread = start_http_server(where[1], where[0], registry=registry)
-        bound = self._server.server_address[:2]
-        log.info("metrics on http://%s:%d/metrics", *bound)
-        return bound
+        def collect() -> list:  # the HTTP server's thread: the snapshot is taken on the event loop
+            if loop.is_closed():
+                return []
+            future = asyncio.run_coroutine_threadsafe(_snapshot(self, broker), loop)
+            try:
+                return future.result(SCRAPE_TIMEOUT_S)
+            except Exception:  # a busy or stopping broker: an empty scrape, which Prometheus reports as such
+                future.cancel()
+                log.warning("metrics scrape: no snapshot within %gs", SCRAPE_TIMEOUT_S)
+                return []
+
+        self._server = MetricsServer(listener, collect)
+        return self._server.start()
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
 
-class _Collector:
-    def __init__(self, metrics: BrokerMetrics, broker, loop: asyncio.AbstractEventLoop):
-        self.metrics, self.broker, self.loop = metrics, broker, loop
-
-    def collect(self):  # the HTTP server's thread
-        if self.loop.is_closed():
-            return []
-        future = asyncio.run_coroutine_threadsafe(_snapshot(self.metrics, self.broker), self.loop)
-        try:
-            return future.result(SCRAPE_TIMEOUT_S)
-        except Exception:  # a busy or stopping broker: an empty scrape, which Prometheus reports as such
-            future.cancel()
-            log.warning("metrics scrape: no snapshot within %gs", SCRAPE_TIMEOUT_S)
-            return []
-
-
 def _counter(name: str, doc: str, labels: list[str], values) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=labels)
-    for key, value in values:
-        family.add_metric(list(key), value)
-    return family
+    if not labels:
+        return _counter_family(name, doc, next(iter(values))[1])
+    return _counter_family(name, doc, labels=labels, values=values)
 
 
 def _gauge(name: str, doc: str, value: float, labels: list[str] | None = None, values=None) -> GaugeMetricFamily:
-    if labels:
-        family = GaugeMetricFamily(name, doc, labels=labels)
-        for key, v in values:
-            family.add_metric(list(key), v)
-        return family
-    return GaugeMetricFamily(name, doc, value=value)
+    return _gauge_family(name, doc, value, labels, values or ())
 
 
 async def _snapshot(m: BrokerMetrics, broker) -> list:

@@ -188,8 +188,14 @@ def reassign(args) -> int:
 
 
 def run(func, args) -> int:
+    from confluent_kafka import KafkaException
+
     try:
         return func(args)
     except AdminError as exc:
         print(f"logbus: {exc}", file=sys.stderr)
+        return 1
+    except KafkaException as exc:  # e.g. no broker reachable: one line, not a traceback
+        err = exc.args[0]
+        print(f"logbus: {err.name()}: {err.str()}", file=sys.stderr)
         return 1

@@ -46,6 +46,12 @@ def _acls(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _prometheus(args: argparse.Namespace) -> int:
+    from logbus.prometheus import run
+
+    return run(args)
+
+
 def _certs(args: argparse.Namespace) -> int:
     from logbus.certs import run
 
@@ -115,7 +121,19 @@ def _audit_counter(args: argparse.Namespace) -> int:
         reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
         print(f"logbus: audit-counter config error: {reason}", file=sys.stderr)
         return 2
-    counter.run(stop=lambda: bool(stopping))  # returns only once told to stop
+    from audit.metrics import counter_families
+    from telemetry.exposition import MetricsServer
+
+    try:
+        metrics = MetricsServer(getattr(args, "metrics_listener", ""), lambda: counter_families(counter))
+        metrics.start()
+    except (ValueError, OSError) as exc:
+        print(f"logbus: audit-counter config error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        counter.run(stop=lambda: bool(stopping))  # returns only once told to stop
+    finally:
+        metrics.stop()
     try:
         counter.emit()
     except Exception as exc:  # the last round stays unfinished: the next start replays it
@@ -197,6 +215,8 @@ def _demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logbus", description="The 2011 Kafka paper's log pipeline, runnable.")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument("--log-format", choices=("text", "json"), default=None,
+                        help="text (default) or json: one JSON object per line (default: $LOGBUS_LOG_FORMAT)")
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     broker = verbs.add_parser("broker", help="run one Kafka-compatible broker in the foreground")
@@ -258,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     certs = verbs.add_parser("certs", help="make a private CA and the certificates of a secure topology")
     certs_cli.add_arguments(certs)
     certs.set_defaults(func=_certs)
+    prom = verbs.add_parser("prometheus", help="run Prometheus (Debian's) with a logbus topology's configuration")
+    prom.add_argument("--config", required=True, help="prometheus.yml (written by logbus up / logbus compose)")
+    prom.add_argument("--data-dir", required=True, help="its time-series database")
+    prom.add_argument("--listen", default="127.0.0.1:9090", help="HOST:PORT of its web UI and API")
+    prom.add_argument("--retention", default="2d", help="how long samples are kept (--storage.tsdb.retention.time)")
+    prom.set_defaults(func=_prometheus)
 
     security_init = verbs.add_parser("security-init", help="a secure topology's certificates, passwords, SCRAM "
                                      "users and ACLs (run by logbus up / compose before the brokers)")
@@ -288,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     mirror.add_argument("--source-name", default="source", help="name of the source cluster (provenance header)")
     mirror.add_argument("--checkpoint-topic", default="_mirror_checkpoints")
     mirror.add_argument("--stats-file", help="write counters (records/s, lag per partition, errors) as JSON here")
+    mirror.add_argument("--metrics-listener", default="", help="serve Prometheus metrics on http://HOST:PORT/metrics")
     mirror.add_argument("--exactly-once", action="store_true",
                         help="copy in transactions with the consumed offsets (read_committed readers see no "
                              "duplicates, even across a kill -9 of the mirror)")
@@ -314,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     counter.add_argument("--window-ms", type=int, default=60000, help="the producers' audit.window.ms")
     counter.add_argument("--emit-interval-ms", type=int, default=5000)
     counter.add_argument("--audit-bootstrap", help="cluster holding _audit (default: the tier's cluster)")
+    counter.add_argument("--metrics-listener", default="", help="serve Prometheus metrics on http://HOST:PORT/metrics")
     counter.set_defaults(func=_audit_counter)
 
     service = verbs.add_parser("audit-service", help="serve the reconciled audit report (JSON API and HTML page)")
@@ -373,8 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from telemetry.logs import configure
+
+    try:
+        configure(args.log_level, args.log_format)
+    except ValueError as exc:  # LOGBUS_LOG_FORMAT set to something else
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 2
     if args.log_level.upper() != "DEBUG":  # the registry client's HTTP library logs every request at INFO
         for name in ("httpx", "httpx2", "httpcore"):
             logging.getLogger(name).setLevel(logging.WARNING)

@@ -438,6 +438,9 @@ def _status_rows(state_dir: str) -> list[dict]:
     if not (state.dir / "topology.json").exists():
         raise TopologyError(f"no topology in {state.dir} (run logbus up --state-dir {state_dir})")
     svcs = _order(services(state.topology(), "local", state.dir))
+    from logbus.status_numbers import numbers
+
+    measured = numbers(svcs)
     rows = []
     for s in svcs:
         pid = state.running(s.name)
@@ -450,7 +453,8 @@ def _status_rows(state_dir: str) -> list[dict]:
                      "service_pid": state.service_pid(s.name), "restarting": sup.get("state") == "restarting",
                      "restarts": sup.get("restarts", 0), "last_exit_code": sup.get("last_exit_code"),
                      "last_exit": exit_text(sup.get("last_exit_code")) or None,
-                     "last_exit_at": sup.get("last_exit_at"), "last_restart_at": sup.get("last_restart_at")})
+                     "last_exit_at": sup.get("last_exit_at"), "last_restart_at": sup.get("last_restart_at"),
+                     "numbers": measured.get(s.name)})
     return rows
 
 
@@ -469,7 +473,10 @@ def status(state_dir: str, as_json: bool) -> int:
                      else "running, not healthy" if r["running"] else "stopped")
             restarts = (f"restarts {r['restarts']}" + (f", last exit {r['last_exit']}" if r["last_exit"] else "")
                         if r["running"] else "")
-            print(f"{r['name']:24} {r['datacenter']:8} {state:22} {r['address']:22} {restarts}".rstrip())
+            from logbus.status_numbers import render
+
+            measured = render(r["numbers"]) if r["numbers"] else ""
+            print(f"{r['name']:24} {r['datacenter']:8} {state:22} {r['address']:22} {measured:34} {restarts}".rstrip())
     return 0 if healthy else 1
 
 

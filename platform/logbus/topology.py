@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from logbus import prometheus
 from logbus import secure_topology as secure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,9 +31,11 @@ DEFAULT = REPO / "topology" / "default.json"
 SECURE = REPO / "topology" / "secure.json"  # the same with SASL_SSL, ACLs, HTTPS and logins (logbus.secure_topology)
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
 # (an ensemble's ZooKeeper nodes are .10, .11, ...)
-OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "audit": 40, "airflow": 50, "frontend": 100}
+OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "audit": 40, "airflow": 50, "prometheus": 60,
+          "frontend": 100}
 
-PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888}  # a ZooKeeper ensemble's peer ports
+# a ZooKeeper ensemble's peer ports; each service's /metrics (a mirror per source: metrics + its index); Prometheus
+PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888, "metrics": 9404, "prometheus": 9090}
 
 
 class TopologyError(ValueError):
@@ -167,6 +170,13 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
     def registry_client(principal: str) -> dict:  # a registry client's credentials, if any
         return secure.registry_client_props(secrets, principal) if sec else {}
 
+    scrape: dict[str, list[tuple[str, dict]]] = {}  # Prometheus' targets: job -> [(host:port, labels)]
+
+    def metrics_listener(job: str, dc: str, host: str, offset: int = 0) -> str:
+        port = n.port("metrics", dc) + offset
+        scrape.setdefault(job, []).append((f"{host}:{port}", {"datacenter": dc}))
+        return f"http://{'0.0.0.0' if target == 'compose' else host}:{port}"
+
     init = []  # a secure topology's security-init service: what the brokers (and so everything) wait for
     if sec:
         init = ["security-init"]
@@ -216,7 +226,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                       "num.partitions": spec.get("partitions", 3),
                       "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
                       "group.initial.rebalance.delay.ms": 0, "zookeeper.session.timeout.ms": 6000,
-                      **spec.get("broker_config", {})}
+                      "metrics.listener": metrics_listener("broker", dc, host), **spec.get("broker_config", {})}
             out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
                                files={"server.properties": _props(config)},
                                depends_on=[zk_name for zk_name, _ in zookeepers] + init,
@@ -243,7 +253,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                files={"registry.properties": _props(config)}, depends_on=deps,
                                health=(scheme, port, "/subjects"), port=port, url=f"{scheme}://{host}:{port}",
                                published=n.published_list("registry", dc, port)))
-        for source in spec.get("mirror_from", []):
+        for index, source in enumerate(spec.get("mirror_from", [])):
             if source not in dcs:
                 raise TopologyError(f"{dc}: mirror_from names an unknown datacenter {source!r}")
             name = f"{dc}-mirror-{source}"
@@ -251,6 +261,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                 "mirror", "--consumer.config", f"{n.config_dir(name)}/consumer.properties",
                 "--producer.config", f"{n.config_dir(name)}/producer.properties", "--whitelist", ".*",
                 "--source-name", source, "--stats-file", f"{n.data_dir(name)}/stats.json",
+                "--metrics-listener", metrics_listener("mirror", dc, n.host(dc, "mirror"), index),
                 *(["--exactly-once"] if spec.get("mirror_exactly_once") else [])],
                 # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
                 files={"consumer.properties": _props({"bootstrap.servers": remote[source],
@@ -264,7 +275,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             out.append(Service(name, dc, "counter", n.host(dc, "counter"), [
                 "audit-counter", "--tier", dc, "--consumer.config", f"{n.config_dir(name)}/consumer.properties",
                 "--whitelist", ".*", "--schema-registry-url", registry_url, "--window-ms", str(window),
-                "--emit-interval-ms", str(topo.get("audit_emit_interval_ms", 5000))],
+                "--emit-interval-ms", str(topo.get("audit_emit_interval_ms", 5000)),
+                "--metrics-listener", metrics_listener("counter", dc, n.host(dc, "counter"))],
                 files={"consumer.properties": _props({"bootstrap.servers": bootstrap[dc], **client(f"counter-{dc}"),
                                                       **registry_client(f"counter-{dc}")})},
                 depends_on=broker_names + [f"{primary}-registry"]))
@@ -290,6 +302,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                       **(secure.audit_server_props(secrets, name) if sec else {}),
                       "schema.registry.url": registry_url, "audit.tiers": tiers, "audit.grace.ms": grace,
                       **{f"audit.cluster.{c}.bootstrap.servers": b for c, b in audit_clusters.items()}}
+            scrape.setdefault("audit", []).append((f"{host}:{port}", {"datacenter": dc}))
             out.append(Service(name, dc, "audit", host, ["audit-service", f"{n.config_dir(name)}/audit.properties"],
                                files={"audit.properties": _props(config)},
                                depends_on=[f"{c}-broker1" for c in audit_clusters] + [f"{primary}-registry"],
@@ -326,14 +339,39 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                env=env, depends_on=broker_names + [f"{primary}-registry"],
                                health=("airflow", port, "/api/v2/monitor/health"), port=port,
                                url=f"http://{host}:{port}", published=n.published_list("airflow", dc, port)))
+    for dc, spec in dcs.items():
+        if spec.get("prometheus"):
+            out.append(_prometheus(n, dc, scrape, secrets, [s.name for s in out if s.kind == "broker"]))
     if sec:
         out.append(_security_init(topo, n, secrets, out))
+    log_format = topo.get("log_format")  # "json": every service logs one JSON object per line
+    if log_format not in (None, "text", "json"):
+        raise TopologyError(f"log_format must be text or json, not {log_format!r}")
+    for s in out:  # a service's log lines name it (--log-format json's "service")
+        s.env = {"LOGBUS_SERVICE": s.name, **({"LOGBUS_LOG_FORMAT": log_format} if log_format else {}), **s.env}
     names = {s.name for s in out}
     for s in out:
         missing = [d for d in s.depends_on if d not in names]
         if missing:
             raise TopologyError(f"{s.name} depends on {missing[0]}, which the topology does not define")
     return out
+
+
+def _prometheus(n: _Names, dc: str, scrape: dict, secrets: str | None, brokers: list[str]) -> Service:
+    """Prometheus scraping every service's /metrics (each target labelled with its datacenter), with logbus'
+    alert rules (config/prometheus/alerts.yml). The audit service's /metrics is served over its HTTPS in a
+    secure topology (checked against the topology's CA); the other /metrics endpoints are plain HTTP."""
+    name = f"{dc}-prometheus"
+    host, port = n.host(dc, "prometheus"), n.port("prometheus", dc)
+    schemes = {"audit": {"scheme": "https", "tls_config": {"ca_file": f"{secrets}/ca.pem"}}} if secrets else {}
+    config = prometheus.config({**scrape, "prometheus": [(f"{host}:{port}", {"datacenter": dc})]},
+                               [f"{n.config_dir(name)}/alerts.yml"], schemes)
+    listen = f"{'0.0.0.0' if n.target == 'compose' else host}:{port}"
+    return Service(name, dc, "prometheus", host, ["prometheus", "--config", f"{n.config_dir(name)}/prometheus.yml",
+                                                  "--data-dir", n.data_dir(name), "--listen", listen],
+                   files={"prometheus.yml": config, "alerts.yml": prometheus.RULES.read_text()},
+                   depends_on=brokers, health=("http", port, "/-/ready"), port=port,
+                   url=f"http://{host}:{port}", published=n.published_list("prometheus", dc, port))
 
 
 def _security_init(topo: dict, n: _Names, secrets: str, svcs: list[Service]) -> Service:

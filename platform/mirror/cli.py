@@ -47,6 +47,16 @@ def run(args) -> int:
         print(f"logbus: mirror config error: {reason}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: mirror.stop())
+    from mirror.metrics import families
+    from telemetry.exposition import MetricsServer
+
+    try:
+        metrics = MetricsServer(getattr(args, "metrics_listener", "") or "",
+                                lambda: families(mirror.counters.snapshot(), args.source_name))
+        metrics.start()
+    except (ValueError, OSError) as exc:
+        print(f"logbus: mirror config error: {exc}", file=sys.stderr)
+        return 2
 
     def status(snapshot: dict) -> None:
         if args.stats_file:
@@ -58,6 +68,8 @@ def run(args) -> int:
         mirror.run(status_callback=status)  # returns only once told to stop
     except KeyboardInterrupt:
         mirror.stop()
+    finally:
+        metrics.stop()
     return 0
 
 

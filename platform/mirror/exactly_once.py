@@ -106,12 +106,14 @@ class ExactlyOnceStream:
         self.producer.begin_transaction()
         try:
             skipped = 0
+            nbytes = 0
             for msg in records:
                 copy = m.prepare(self.consumer, msg)
                 if copy is None:
                     skipped += 1
                     continue
                 topic, value, key, headers, timestamp, kwargs, src = copy
+                nbytes += len(value or b"") + len(key or b"")
                 while True:
                     try:
                         self.producer.produce(topic, value, key, headers=headers, timestamp=timestamp,
@@ -142,6 +144,7 @@ class ExactlyOnceStream:
         m.checkpoints.maybe_flush()
         with m.counters.lock:
             m.counters.records += len(delivered)
+            m.counters.bytes += nbytes
             m.counters.skipped_loops += skipped
             m.counters.batches += 1
             m.counters.transactions += 1

@@ -51,6 +51,7 @@ COPIED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "min.insy
 @dataclass
 class Counters:
     records: int = 0
+    bytes: int = 0  # keys + values of the records copied (committed)
     skipped_loops: int = 0
     errors: int = 0
     restarts: int = 0
@@ -65,7 +66,7 @@ class Counters:
     def snapshot(self) -> dict:
         with self.lock:
             elapsed = max(time.monotonic() - self.started, 1e-9)
-            return {"records": self.records, "records_per_s": round(self.records / elapsed, 1),
+            return {"records": self.records, "records_per_s": round(self.records / elapsed, 1), "bytes": self.bytes,
                     "skipped_loops": self.skipped_loops, "errors": self.errors, "restarts": self.restarts,
                     "commit_failures": self.commit_failures, "batches": self.batches,
                     "transactions": self.transactions, "aborted_transactions": self.aborted_transactions,
@@ -230,6 +231,7 @@ class Mirror:
         pending: list[tuple] = []
         failures: list = []
         skipped = 0
+        nbytes = 0
 
         def delivered(err, msg, src=None):
             if err is not None:
@@ -248,6 +250,7 @@ class Mirror:
                 skipped += 1  # already a mirrored record: never mirror it again
                 continue
             topic, value, key, headers, timestamp, kwargs, src = copy
+            nbytes += len(value or b"") + len(key or b"")
             while True:
                 try:
                     producer.produce(topic, value, key, headers=headers, timestamp=timestamp,
@@ -269,6 +272,7 @@ class Mirror:
         self.checkpoints.maybe_flush()
         with self.counters.lock:
             self.counters.records += len(pending)
+            self.counters.bytes += nbytes
             self.counters.skipped_loops += skipped
             self.counters.batches += 1
         return committed

@@ -140,7 +140,8 @@ def uvicorn_config(app, props: dict, listener: Listener, **extra):
     import uvicorn
 
     kwargs = uvicorn_kwargs(props, listener)
-    config = uvicorn.Config(app, **kwargs, **extra)
+    # log_config=None: uvicorn's loggers go through the service's own handler (text or --log-format json)
+    config = uvicorn.Config(app, **kwargs, **{"log_config": None, **extra})
     try:
         config.load()
     finally:

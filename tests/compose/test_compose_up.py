@@ -55,8 +55,8 @@ import pytest
 import requests
 import yaml
 from support import REPO, wait_until
-from topology_checks import (GRACE_MS, SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, run_dag,
-                             wait_recovered)
+from topology_checks import (GRACE_MS, SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, check_prometheus,
+                             run_dag, wait_recovered)
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(2400)]
 KILLED = ("live-broker2", "offline-mirror-live")
@@ -187,9 +187,10 @@ def test_compose_up(tmp_path):
     topo = json.loads((REPO / "topology" / "default.json").read_text())
     topo.update(SMALL_WINDOWS)
     topo["load_schedule"] = "none"  # the test triggers the one run it checks (an @once run would come first)
-    base = free_block(10)
+    base = free_block(11)
     topo["published"] = {"live.broker": base, "offline.broker": base + 3, "live.registry": base + 6,
-                         "offline.registry": base + 7, "offline.audit": base + 8, "offline.airflow": base + 9}
+                         "offline.registry": base + 7, "offline.audit": base + 8, "offline.airflow": base + 9,
+                         "offline.prometheus": base + 10}
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     stack_dir = tmp_path / "stack"
     stack_dir.mkdir()
@@ -285,6 +286,8 @@ def test_compose_up(tmp_path):
         # the demo frontends' audited traffic: complete at live and offline for a few windows
         time.sleep(3 * WINDOW_MS / 1000)
         wait_recovered(audit, 0)
+        # Prometheus (published on 127.0.0.1) scrapes every container's /metrics and sees the traffic
+        check_prometheus(f"http://127.0.0.1:{base + 10}", {"broker", "mirror", "counter", "audit", "prometheus"})
 
         # the load DAG through Airflow's REST API, the report at every tier
         password_file = "/var/lib/logbus/offline-airflow/passwords.json"

@@ -47,7 +47,7 @@ def test_secure_topology(tmp_path):
         topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
         topo["datacenters"][dc]["zookeeper"] = 1
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow")}
+                                                                    "airflow", "metrics", "prometheus")}
     topo.update(SMALL_WINDOWS)
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     state = tmp_path / "state"

@@ -27,7 +27,8 @@ import requests
 from chaos import KINDS, Chaos, logbus
 from support import REPO, Ledger, free_port, wait_until
 from tcp_proxy import TcpProxy
-from topology_checks import SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, run_dag, wait_recovered
+from topology_checks import (SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, check_prometheus, run_dag,
+                             wait_recovered)
 
 ROUNDS = int(os.environ.get("LOGBUS_CHAOS_ROUNDS", "2"))
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(1200 + 900 * ROUNDS)]
@@ -47,7 +48,7 @@ def test_topology(tmp_path):
     topo["datacenters"]["live"]["network"] = f"127.{net}.1"
     topo["datacenters"]["offline"]["network"] = f"127.{net}.2"
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow")}
+                                                                    "airflow", "metrics", "prometheus")}
     topo.update(SMALL_WINDOWS)
     wan_port = free_port(f"127.{net}.1.1")  # the WAN: the mirror reaches live's brokers through proxies
     topo["datacenters"]["live"]["wan_network"] = f"127.{net}.3"
@@ -99,6 +100,18 @@ def test_topology(tmp_path):
         audit = f"http://127.{net}.2.40:{topo['ports']['audit']}"
         time.sleep(3 * WINDOW_MS / 1000)  # demo traffic for a few windows
         wait_recovered(audit, 0)
+        check_prometheus(f"http://127.{net}.2.60:{topo['ports']['prometheus']}",
+                         {"broker", "mirror", "counter", "audit", "prometheus"})
+
+        def numbers() -> dict:  # `logbus status --json`: the numbers per service, from Prometheus
+            return {n: s["numbers"] or {} for n, s in statuses().items()}
+
+        shown = wait_until(lambda: (lambda got: got if got["offline-mirror-live"].get("records_per_s", 0) > 0
+                                    and got["live-broker1"].get("records_in_per_s", 0) > 0 else None)(numbers()),
+                           60, interval=2, what="status numbers from Prometheus")
+        assert "lag_records" in shown["offline-mirror-live"] and shown["live-audit-counter"]["records_per_s"] > 0
+        assert all(shown[f"{dc}-broker{i}"]["under_replicated_partitions"] == 0 for dc in ("live", "offline")
+                   for i in (1, 2, 3)), shown
         airflow = f"http://127.{net}.2.50:{topo['ports']['airflow']}"
         password = json.loads((state / "offline-airflow" / "passwords.json").read_text())["admin"]
         token = airflow_token(airflow, password)

@@ -11,7 +11,7 @@ import requests
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
-from support import BrokerProcess, Cluster, free_port, wait_until
+from support import Cluster, start_with_metrics, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -19,16 +19,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("metrics"), size=3, default_replication_factor=3)
-    c.zookeeper.start()
     try:
-        for i in range(3):
-            b = BrokerProcess(c.dir / f"broker{i}", broker_id=i, zookeeper_connect=c.zookeeper.connect + c.chroot,
-                              **c.overrides)
-            b.metrics_port = free_port()
-            b.settings["metrics.listener"] = f"http://127.0.0.1:{b.metrics_port}"
-            c.brokers[i] = b.start()
-        c.wait_registered({0, 1, 2})
-        c.wait_brokers_seen()
+        start_with_metrics(c).wait_brokers_seen()
         yield c
     finally:
         c.stop()

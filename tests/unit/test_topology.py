@@ -14,8 +14,16 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     live = {s.kind for s in svcs.values() if s.datacenter == "live"}
     offline = {s.kind for s in svcs.values() if s.datacenter == "offline"}
     assert live == {"zookeeper", "broker", "registry", "counter", "frontend"}
-    assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow"}
-    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 21
+    assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus"}
+    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 22
+    # every broker, mirror and counter serves /metrics, and the offline Prometheus scrapes them all
+    scraped = svcs["offline-prometheus"].files["prometheus.yml"]
+    for s in svcs.values():
+        if s.kind == "broker":
+            assert f"metrics.listener=http://{s.host}:9404" in s.files["server.properties"]
+        if s.kind in ("broker", "mirror", "counter"):
+            assert f'"{s.host}:9404"' in scraped, s.name
+    assert '"127.0.2.40:8090"' in scraped and "alerts.yml" in scraped
     assert svcs["live-broker1"].host == "127.0.1.1" and svcs["offline-broker3"].host == "127.0.2.3"
     assert "mode=READONLY" in svcs["offline-registry"].files["registry.properties"]
     assert "127.0.1.1:9092" in svcs["offline-mirror-live"].files["consumer.properties"]
@@ -84,7 +92,7 @@ def test_checked_in_compose_files_match_the_topology():
     assert check() == [], ("run: .venv/bin/logbus compose; .venv/bin/logbus compose --topology topology/secure.json "
                            "--output docker-compose.secure.yml --config-dir docker/config-secure (then commit)")
     text, files = render(load())
-    assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 14
+    assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 16
 
 
 def test_bad_topologies_are_refused(tmp_path):
@@ -106,7 +114,7 @@ def test_compose_publishes_every_host_port_once_and_brokers_have_an_external_lis
     assert published_twice(text) == []
     assert published_twice(text + '    ports: ["127.0.0.1:8081:8081"]\n') == ["127.0.0.1:8081"]
     ports = [line.strip() for line in text.splitlines() if line.strip().startswith("ports:")]
-    assert len(ports) == 10  # six brokers, two registries, the audit service, Airflow
+    assert len(ports) == 11  # six brokers, two registries, the audit service, Airflow, Prometheus
     props = files["offline-broker2/server.properties"]
     assert "listeners=INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092\n" in props
     assert "advertised.listeners=INTERNAL://offline-broker2:9092,EXTERNAL://127.0.0.1:29093\n" in props

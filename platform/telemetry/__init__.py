@@ -1,0 +1,1 @@
+"""What every logbus service shares to be observed: Prometheus exposition (:mod:`telemetry.exposition`)."""

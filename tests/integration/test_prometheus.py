@@ -1,0 +1,94 @@
+"""Prometheus and logbus' alert rules (issue 21 item 2): the rules pass ``promtool check rules`` and their unit
+tests on synthetic series (``promtool test rules``), and a real Prometheus (``logbus prometheus``, Debian's
+binary) scraping three brokers fires LogbusServiceDown and KafkaOfflinePartitions when the broker holding a
+single-replica topic is killed with ``kill -9``."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from confluent_kafka.admin import AdminClient, NewTopic
+from support import REPO, Cluster, free_port, start_with_metrics, terminate, wait_until
+
+from logbus import prometheus
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def test_alert_rules_check_and_their_unit_tests_pass():
+    promtool = prometheus.binary("promtool")
+    checked = subprocess.run([promtool, "check", "rules", str(prometheus.RULES)], capture_output=True, text=True,
+                             timeout=60)
+    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
+    tested = subprocess.run([promtool, "test", "rules", "alerts_test.yml"], cwd=prometheus.RULES.parent,
+                            capture_output=True, text=True, timeout=60)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    c = Cluster(tmp_path / "cluster", size=3)
+    try:
+        yield start_with_metrics(c)
+    finally:
+        c.stop()
+
+
+HTTP = requests.Session()
+HTTP.trust_env = False  # loopback, never through a proxy
+
+
+def ready(url: str) -> bool:
+    try:
+        return HTTP.get(f"{url}/-/ready", timeout=2).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def firing(url: str) -> dict[str, list[dict]]:
+    alerts = HTTP.get(f"{url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    out: dict[str, list[dict]] = {}
+    for a in alerts:
+        if a["state"] == "firing":
+            out.setdefault(a["labels"]["alertname"], []).append(a["labels"])
+    return out
+
+
+def test_a_killed_broker_fires_service_down_and_offline_partitions(cluster, tmp_path):
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(prometheus.config(
+        {"broker": [(f"127.0.0.1:{b.metrics_port}", {"datacenter": "test"}) for b in cluster.brokers.values()]},
+        [str(prometheus.RULES)], interval="1s"))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "prometheus", "--config", str(config), "--data-dir",
+                             str(tmp_path / "tsdb"), "--listen", f"127.0.0.1:{port}"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: ready(url) or proc.poll() is not None, 30, interval=0.5, what="Prometheus ready")
+        assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
+
+        def targets_up() -> int:
+            active = HTTP.get(f"{url}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+            return sum(t["health"] == "up" for t in active)
+
+        wait_until(lambda: targets_up() == 3, 30, interval=0.5, what="three brokers scraped")
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("single", 1, 1)])["single"].result(30)
+        leader = admin.list_topics("single", timeout=10).topics["single"].partitions[0].leader
+        assert firing(url) == {}
+        victim = cluster.brokers[leader]
+        victim.kill9()
+        killed = time.monotonic()
+        wait_until(lambda: {"LogbusServiceDown", "KafkaOfflinePartitions"} <= set(firing(url)), 60, interval=1,
+                   what="both alerts firing")
+        alerts = firing(url)
+        assert [a["instance"] for a in alerts["LogbusServiceDown"]] == [f"127.0.0.1:{victim.metrics_port}"]
+        assert alerts["KafkaOfflinePartitions"][0]["datacenter"] == "test"
+        assert "KafkaNoActiveController" not in alerts and time.monotonic() - killed >= 15  # rules' `for:` held
+    finally:
+        terminate(proc)
