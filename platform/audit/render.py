@@ -23,21 +23,36 @@ def tier_order(rows: list[dict], preferred: list[str] | None = None) -> list[str
     return first + sorted(seen - set(first))
 
 
-def completeness_series(rows: list[dict], tiers: list[str]) -> dict[str, list[tuple[int, float]]]:
-    """Per tier, (window start, completeness %) over all topics, weighted by the expected counts."""
-    totals: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+def completeness_series(rows: list[dict], tiers: list[str]) -> dict[str, list[tuple[int, float, bool]]]:
+    """Per tier, (window start, completeness %, pending) over all topics, weighted by the expected counts;
+    ``pending``: some topic's window is still within its grace period (not closed: no loss yet)."""
+    totals: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rows:
         t = totals[(r["tier"], r["window_start"])]
         t[0] += r["expected"]
         t[1] += r["expected"] - r["missing"]
-    out: dict[str, list[tuple[int, float]]] = {tier: [] for tier in tiers}
-    for (tier, start), (expected, present) in sorted(totals.items(), key=lambda kv: kv[0][1]):
+        t[2] |= r["status"] == "pending"
+    out: dict[str, list[tuple[int, float, bool]]] = {tier: [] for tier in tiers}
+    for (tier, start), (expected, present, pending) in sorted(totals.items(), key=lambda kv: kv[0][1]):
         if tier in out:
-            out[tier].append((start, 100.0 if expected == 0 else 100.0 * present / expected))
+            out[tier].append((start, 100.0 if expected == 0 else 100.0 * present / expected, bool(pending)))
     return out
 
 
+PENDING_LABEL = "hollow: pending (window not closed yet, not a loss)"
+
+
 def completeness_plot_png(rows: list[dict], tiers: list[str]) -> bytes:
+    fig = completeness_figure(rows, tiers)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def completeness_figure(rows: list[dict], tiers: list[str]):
+    """Completeness per tier over time: closed windows as a line with filled markers, windows still in their
+    grace period as hollow markers off the line (a warehouse window not loaded yet reads 0% until it is: not a
+    loss), with a legend entry saying so."""
     from matplotlib.figure import Figure  # no pyplot: nothing global, nothing to close, no GUI backend
 
     fig = Figure(figsize=(9, 3.2), dpi=100)
@@ -49,23 +64,29 @@ def completeness_plot_png(rows: list[dict], tiers: list[str]) -> bytes:
         pad = timedelta(milliseconds=max(window, (starts[-1] - starts[0]) // 10))
         ax.set_xlim(datetime.fromtimestamp(starts[0] / 1000, timezone.utc) - pad,
                     datetime.fromtimestamp(starts[-1] / 1000, timezone.utc) + pad)
+    any_pending = False
     for tier, points in completeness_series(rows, tiers).items():
         if points:
-            xs = [datetime.fromtimestamp(s / 1000, timezone.utc) for s, _ in points]
-            ys = [c for _, c in points]
-            lowest = min(lowest, *ys)
-            ax.plot(xs, ys, marker="o", markersize=3, label=tier)
+            closed = [(datetime.fromtimestamp(s / 1000, timezone.utc), c) for s, c, p in points if not p]
+            pending = [(datetime.fromtimestamp(s / 1000, timezone.utc), c) for s, c, p in points if p]
+            lowest = min(lowest, *(c for _, c in closed or pending))
+            line = ax.plot([x for x, _ in closed], [c for _, c in closed], marker="o", markersize=3, label=tier)[0]
+            if pending:
+                any_pending = True
+                ax.plot([x for x, _ in pending], [c for _, c in pending], linestyle="none", marker="o",
+                        markersize=5, markerfacecolor="none", markeredgecolor=line.get_color(), gid="pending")
     ax.set_ylabel("completeness %")
     ax.set_xlabel("window start (UTC)")
     ax.set_ylim(max(0.0, lowest - 5), 100.5 + (100 - lowest) * 0.05)
     ax.grid(True, alpha=0.3)
+    if any_pending:  # a legend entry for the hollow markers (grey: whatever the tier)
+        ax.plot([], [], linestyle="none", marker="o", markersize=5, markerfacecolor="none", markeredgecolor="grey",
+                label=PENDING_LABEL)
     if tiers:
-        ax.legend(loc="lower left")
+        ax.legend(loc="lower left", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
 
 
 def _missing_text(r: dict) -> str:
@@ -84,7 +105,8 @@ def render_table(rows: list[dict], tiers: list[str]) -> str:
     out = []
     cols = ("received", "distinct", "missing", "duplicates", "completeness", "status")
     for topic in sorted(by_topic):
-        out.append(f"<h2>{html.escape(topic)}</h2><table class='report' data-topic='{html.escape(topic)}'>")
+        out.append(f"<h2>{html.escape(topic)}</h2><div class='scroll'>"
+                   f"<table class='report' data-topic='{html.escape(topic)}'>")
         out.append("<tr><th rowspan=2>window start (UTC)</th><th rowspan=2>window end</th>"
                    "<th rowspan=2>expected</th>")
         out.extend(f"<th colspan={len(cols)}>{html.escape(t)}</th>" for t in tiers)
@@ -105,8 +127,10 @@ def render_table(rows: list[dict], tiers: list[str]) -> str:
                            f"<td style='background:{colour}' title='{title}' class='status'>"
                            f"{html.escape(r['status'])}</td>")
             out.append("</tr>")
-        out.append("</table>")
-        lost = [r for per_tier in by_topic[topic].values() for r in per_tier.values() if r.get("missing")]
+        out.append("</table></div>")
+        # missing sequences of closed windows only: a pending window's gaps may still arrive
+        lost = [r for per_tier in by_topic[topic].values() for r in per_tier.values()
+                if r.get("missing") and r["status"] != "pending"]
         if lost:
             out.append("<p>Missing sequences:</p><ul>")
             out.extend(f"<li>{html.escape(r['tier'])} {utc_time(r['window_start'])}: {html.escape(_missing_text(r))}"
@@ -117,6 +141,7 @@ def render_table(rows: list[dict], tiers: list[str]) -> str:
 
 STYLE = """
 body { font-family: sans-serif; margin: 1.5em; }
+div.scroll { max-width: 100%; overflow-x: auto; }  /* a wide table scrolls inside its section, not the page */
 table.report { border-collapse: collapse; margin-bottom: 1em; font-size: 13px; }
 table.report th, table.report td { border: 1px solid #bbb; padding: 2px 6px; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }

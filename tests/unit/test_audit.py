@@ -128,5 +128,29 @@ def test_render_puts_tiers_side_by_side_with_a_plot():
     page = render_page(rows, ["live", "offline"])
     assert page.index("<th colspan=6>live</th>") < page.index("<th colspan=6>offline</th>")
     assert "data:image/png;base64," in page and ">lost<" in page and "p: 9" in page
-    assert completeness_series(rows, ["live", "offline"]) == {"live": [(0, 100.0)], "offline": [(0, 90.0)]}
+    assert completeness_series(rows, ["live", "offline"]) == {"live": [(0, 100.0, False)],
+                                                              "offline": [(0, 90.0, False)]}
     assert "<html" not in render_page(rows, standalone=False)
+
+
+def test_pending_windows_are_hollow_markers_off_the_line_and_list_no_missing_sequences():
+    """A warehouse window not loaded yet reads 0% while pending: drawn as a hollow marker with a legend entry,
+    not on the tier's line, and its gaps are not listed (they may still arrive)."""
+    from audit.render import PENDING_LABEL, completeness_figure, completeness_series, render_page
+
+    now = 10**9
+    events = [produced("t", 0, "p", 0, 9), tier("live", "t", 0, "p", [[0, 9]], 10, []),
+              produced("t", now - 1000, "p", 10, 19), tier("live", "t", now - 1000, "p", [[10, 12]], 3, [])]
+    rows = [r.as_dict() for r in reconcile(events, now, 60_000)]
+    assert sorted(r["status"] for r in rows) == ["complete", "pending"]
+    series = completeness_series(rows, ["live"])["live"]
+    assert [p for _, _, p in series] == [False, True]
+    fig = completeness_figure(rows, ["live"])
+    ax = fig.axes[0]
+    hollow = [line for line in ax.lines if line.get_gid() == "pending"]
+    assert len(hollow) == 1 and hollow[0].get_markerfacecolor() == "none" and len(hollow[0].get_xdata()) == 1
+    tier_line = next(line for line in ax.lines if line.get_label() == "live")
+    assert len(tier_line.get_xdata()) == 1  # only the closed window is on the line
+    assert PENDING_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    page = render_page(rows, ["live"])
+    assert "Missing sequences" not in page and "<div class='scroll'>" in page
