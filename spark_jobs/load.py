@@ -162,6 +162,7 @@ def load(spark, config: LoadConfig, wh, load_id: int, ranges: dict, planned_at: 
         out = load_topic(spark, config, staging, topic, ranges[topic])
         summary["rows"][topic], summary["quarantined"][topic] = out["rows"], out["quarantined"]
         summary.setdefault("seconds", {})[topic] = out["seconds"]
+        summary.setdefault("bytes", {})[topic] = wh.size(f"{staging}/data/topic={topic}")  # Parquet written
         events.extend(out["events"])
         faults.point("load.topic_written")
     wh.write_text(f"{staging}/counts.json", json.dumps(events))

@@ -77,6 +77,11 @@ class Warehouse:
             out.append(it.next().getPath().toString())
         return sorted(out)
 
+    def size(self, path: str) -> int:
+        """Bytes of every file under ``path`` (0 when it does not exist)."""
+        p = self._Path(path)
+        return int(self.fs.getContentSummary(p).getLength()) if self.fs.exists(p) else 0
+
     def list_dir(self, path: str) -> list[str]:
         p = self._Path(path)
         if not self.fs.exists(p):

@@ -65,3 +65,25 @@ def create_app(require_login: bool = True):
         return JSONResponse(report["rows"] if report else [])
 
     return app
+
+
+def create_metrics_app():
+    """``/logbus-metrics/metrics``: the loads' metrics (audit.load_metrics) in Prometheus' text format, without a
+    login (counts only), for the topology's Prometheus."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    app = FastAPI(title="logbus load metrics", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/metrics")
+    def metrics():
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from audit.load_metrics import families, read_manifests
+        from telemetry.exposition import registry_for
+
+        report = report_file()
+        manifests = read_manifests(report.parent.parent) if report is not None else []
+        return Response(generate_latest(registry_for(lambda: families(manifests))), media_type=CONTENT_TYPE_LATEST)
+
+    return app

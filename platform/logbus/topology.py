@@ -333,6 +333,7 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                        f"{data if target == 'compose' else n.config_dir(name)}/passwords.json",
                    "LOGBUS_LOAD_CONFIG": f"{n.config_dir(name)}/load.properties",
                    "LOGBUS_LOAD_SCHEDULE": topo.get("load_schedule", "@hourly")}
+            scrape.setdefault("loads", []).append((f"{host}:{port}", {"datacenter": dc}))  # the plugin's metrics
             # `logbus airflow`, not `airflow standalone`: it restarts any of Airflow's components that exits;
             # healthy only while the health endpoint says the metadata database and the scheduler are
             out.append(Service(name, dc, "airflow", host, ["airflow"], files={"load.properties": _props(load)},
@@ -364,6 +365,7 @@ def _prometheus(n: _Names, dc: str, scrape: dict, secrets: str | None, brokers: 
     name = f"{dc}-prometheus"
     host, port = n.host(dc, "prometheus"), n.port("prometheus", dc)
     schemes = {"audit": {"scheme": "https", "tls_config": {"ca_file": f"{secrets}/ca.pem"}}} if secrets else {}
+    schemes["loads"] = {"metrics_path": "/logbus-metrics/metrics"}  # the logbus_audit Airflow plugin
     config = prometheus.config({**scrape, "prometheus": [(f"{host}:{port}", {"datacenter": dc})]},
                                [f"{n.config_dir(name)}/alerts.yml"], schemes)
     listen = f"{'0.0.0.0' if n.target == 'compose' else host}:{port}"

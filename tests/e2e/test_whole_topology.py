@@ -101,7 +101,7 @@ def test_topology(tmp_path):
         time.sleep(3 * WINDOW_MS / 1000)  # demo traffic for a few windows
         wait_recovered(audit, 0)
         check_prometheus(f"http://127.{net}.2.60:{topo['ports']['prometheus']}",
-                         {"broker", "mirror", "counter", "audit", "prometheus"})
+                         {"broker", "mirror", "counter", "audit", "loads", "prometheus"})
 
         def numbers() -> dict:  # `logbus status --json`: the numbers per service, from Prometheus
             return {n: s["numbers"] or {} for n, s in statuses().items()}
@@ -160,6 +160,16 @@ def test_topology(tmp_path):
         rows = check_complete(json.loads(report.read_text()), audit, airflow, token, until_ms=cut)
         assert any(r["window_start"] > killed_at for r in rows), "no window after the failures was checked"
         assert any(r["window_end"] < killed_at for r in rows), "no window before the failures was checked"
+        # the load's numbers reach Prometheus through the Airflow plugin's /logbus-metrics/metrics
+        prom = requests.Session()
+        prom.trust_env = False
+
+        def loaded_rows() -> float:
+            got = prom.get(f"http://127.{net}.2.60:{topo['ports']['prometheus']}/api/v1/query",
+                           params={"query": "sum(logbus_load_rows_total)"}, timeout=10).json()["data"]["result"]
+            return float(got[0]["value"][1]) if got else 0.0
+
+        assert wait_until(loaded_rows, 30, interval=1, what="the load's rows in Prometheus") >= len(rows)
         summary = chaos.report(seed, result, time.monotonic() - chaos_started)
         print("chaos: " + json.dumps({k: v for k, v in summary.items() if k != "round_details"}), flush=True)
         if os.environ.get("LOGBUS_CHAOS_REPORT"):

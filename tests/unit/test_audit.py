@@ -154,3 +154,30 @@ def test_pending_windows_are_hollow_markers_off_the_line_and_list_no_missing_seq
     assert PENDING_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
     page = render_page(rows, ["live"])
     assert "Missing sequences" not in page and "<div class='scroll'>" in page
+
+
+def test_load_metrics_come_from_the_published_manifests(tmp_path):
+    import json as _json
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from audit.load_metrics import families, read_manifests
+    from telemetry.exposition import registry_for
+
+    manifests = tmp_path / "_manifests"
+    manifests.mkdir()
+    for load_id, rows in ((1, {"page-views": 10, "clicks": 5}), (2, {"page-views": 7})):
+        (manifests / f"load-{load_id}.json").write_text(_json.dumps({
+            "load_id": load_id, "rows": rows, "bytes": {t: n * 100 for t, n in rows.items()},
+            "started_at": 1000.0 * load_id, "finished_at": 1000.0 * load_id + 12.5}))
+    (manifests / "load-3.json.tmp").write_text("{")  # being written: not a manifest yet
+    text = generate_latest(registry_for(lambda: families(read_manifests(tmp_path)))).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("logbus_load_runs_total", ())] == 2
+    assert samples[("logbus_load_rows_total", (("topic", "page-views"),))] == 17
+    assert samples[("logbus_load_bytes_total", (("topic", "clicks"),))] == 500
+    assert samples[("logbus_load_last_rows", (("topic", "page-views"),))] == 7
+    assert samples[("logbus_load_last_duration_seconds", ())] == 12.5
+    assert samples[("logbus_load_last_success_timestamp_seconds", ())] == 2012.5
