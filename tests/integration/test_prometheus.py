@@ -1,7 +1,8 @@
 """Prometheus and logbus' alert rules (issue 21 item 2): the rules pass ``promtool check rules`` and their unit
 tests on synthetic series (``promtool test rules``), and a real Prometheus (``logbus prometheus``, Debian's
 binary) scraping three brokers fires LogbusServiceDown and KafkaOfflinePartitions when the broker holding a
-single-replica topic is killed with ``kill -9``."""
+single-replica topic is killed with ``kill -9``, and sees the survivors' under-replicated partitions and ISR
+shrinks."""
 
 import os
 import subprocess
@@ -57,6 +58,11 @@ def firing(url: str) -> dict[str, list[dict]]:
     return out
 
 
+def value(url: str, expr: str) -> float:
+    result = HTTP.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
 def test_a_killed_broker_fires_service_down_and_offline_partitions(cluster, tmp_path):
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -78,7 +84,8 @@ def test_a_killed_broker_fires_service_down_and_offline_partitions(cluster, tmp_
 
         wait_until(lambda: targets_up() == 3, 30, interval=0.5, what="three brokers scraped")
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic("single", 1, 1)])["single"].result(30)
+        for future in admin.create_topics([NewTopic("single", 1, 1), NewTopic("triple", 3, 3)]).values():
+            future.result(30)
         leader = admin.list_topics("single", timeout=10).topics["single"].partitions[0].leader
         assert firing(url) == {}
         victim = cluster.brokers[leader]
@@ -90,5 +97,10 @@ def test_a_killed_broker_fires_service_down_and_offline_partitions(cluster, tmp_
         assert [a["instance"] for a in alerts["LogbusServiceDown"]] == [f"127.0.0.1:{victim.metrics_port}"]
         assert alerts["KafkaOfflinePartitions"][0]["datacenter"] == "test"
         assert "KafkaNoActiveController" not in alerts and time.monotonic() - killed >= 15  # rules' `for:` held
+        # the survivors report the replicated topic's partitions under-replicated (the ISRs lost the victim: by
+        # the controller when its session ended, or by the leaders after replica.lag.time.max.ms)
+        assert wait_until(lambda: value(url, "sum(kafka_server_replicamanager_underreplicatedpartitions)") >= 3,
+                          30, interval=1, what="under-replicated partitions seen by Prometheus")
+        assert value(url, "sum(kafka_server_replicamanager_isrshrinks_total)") >= 1
     finally:
         terminate(proc)
