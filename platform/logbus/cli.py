@@ -46,6 +46,12 @@ def _acls(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _lag_exporter(args: argparse.Namespace) -> int:
+    from logbus.lag_exporter import run
+
+    return run(args)
+
+
 def _prometheus(args: argparse.Namespace) -> int:
     from logbus.prometheus import run
 
@@ -284,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--listen", default="127.0.0.1:9090", help="HOST:PORT of its web UI and API")
     prom.add_argument("--retention", default="2d", help="how long samples are kept (--storage.tsdb.retention.time)")
     prom.set_defaults(func=_prometheus)
+    lag = verbs.add_parser("lag-exporter", help="serve every consumer group's lag as Prometheus metrics")
+    lag.add_argument("--bootstrap-server", required=True)
+    lag.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*)")
+    lag.add_argument("--metrics-listener", required=True, help="http://HOST:PORT (path /metrics)")
+    lag.add_argument("--exclude-groups", help="regex of groups left out (offsets that are not this cluster's)")
+    lag.set_defaults(func=_lag_exporter)
 
     security_init = verbs.add_parser("security-init", help="a secure topology's certificates, passwords, SCRAM "
                                      "users and ACLs (run by logbus up / compose before the brokers)")

@@ -93,6 +93,10 @@ def acl_plan(topo: dict) -> dict[str, list[dict]]:
                          "name": name, "pattern": pattern})
 
     for dc, spec in dcs.items():
+        if any(s.get("prometheus") for s in dcs.values()):  # the lag exporter: describes groups and topics
+            allow(dc, "monitor", ("Describe",), "cluster", "kafka-cluster")
+            allow(dc, "monitor", ("Describe",), "group", "*")
+            allow(dc, "monitor", ("Describe",), "topic", "*")
         if spec.get("registry") == "primary":
             allow(dc, "registry", ("All",), "topic", "_schemas")
             allow(dc, "registry", ("Read", "Describe"), "group", "schema-registry", "prefixed")

@@ -13,10 +13,12 @@ from logbus.topology import Service
 
 QUERIES = {
     "broker": {"records_in_per_s": "sum by (instance) (rate(kafka_server_brokertopicmetrics_messagesin_total[1m]))",
-               "under_replicated_partitions": "sum by (instance) (kafka_server_replicamanager_underreplicatedpartitions)"},
+               "under_replicated_partitions":
+                   "sum by (instance) (kafka_server_replicamanager_underreplicatedpartitions)"},
     "mirror": {"records_per_s": "sum by (instance) (rate(logbus_mirror_records_total[1m]))",
                "lag_records": "sum by (instance) (logbus_mirror_lag_records_total)"},
     "counter": {"records_per_s": "sum by (instance) (rate(logbus_audit_counter_records_total[1m]))"},
+    "lag": {"consumer_group_lag": "sum by (instance) (kafka_consumergroup_lag_sum)"},
     "audit": {"lowest_closed_window_completeness": "min by (instance) "
                                                    "(logbus_audit_closed_window_completeness_percent)"},
 }
@@ -67,5 +69,6 @@ def numbers(svcs: list[Service], timeout: float = 3.0) -> dict[str, dict[str, fl
 
 def render(values: dict[str, float]) -> str:
     short = {"records_in_per_s": "in {:g}/s", "under_replicated_partitions": "URP {:g}", "records_per_s": "{:g}/s",
-             "lag_records": "lag {:g}", "lowest_closed_window_completeness": "closed windows ≥ {:g}%"}
+             "lag_records": "lag {:g}", "consumer_group_lag": "groups' lag {:g}",
+             "lowest_closed_window_completeness": "closed windows ≥ {:g}%"}
     return ", ".join(short[k].format(v) for k, v in values.items() if k in short)

@@ -31,8 +31,8 @@ DEFAULT = REPO / "topology" / "default.json"
 SECURE = REPO / "topology" / "secure.json"  # the same with SASL_SSL, ACLs, HTTPS and logins (logbus.secure_topology)
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
 # (an ensemble's ZooKeeper nodes are .10, .11, ...)
-OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "audit": 40, "airflow": 50, "prometheus": 60,
-          "frontend": 100}
+OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "lag": 32, "audit": 40, "airflow": 50,
+          "prometheus": 60, "frontend": 100}
 
 # a ZooKeeper ensemble's peer ports; each service's /metrics (a mirror per source: metrics + its index); Prometheus
 PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888, "metrics": 9404, "prometheus": 9090}
@@ -270,6 +270,16 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                        "producer.properties": _props({"bootstrap.servers": bootstrap[dc], **client(f"mirror-{dc}")})},
                 depends_on=broker_names + [f"{source}-broker{i}"
                                            for i in range(1, int(dcs[source].get("brokers", 1)) + 1)]))
+        if any(s.get("prometheus") for s in dcs.values()):
+            # every consumer group's lag (the exactly-once mirror's group holds the source's offsets: left out)
+            name, host = f"{dc}-lag-exporter", n.host(dc, "lag")
+            exclude = f"mirror-{dc}" if spec.get("mirror_exactly_once") else None
+            secured = ["--command-config", f"{n.config_dir(name)}/client.properties"] if sec else []
+            out.append(Service(name, dc, "lag", host, [
+                "lag-exporter", "--bootstrap-server", bootstrap[dc],
+                "--metrics-listener", metrics_listener("lag", dc, host),
+                *(["--exclude-groups", exclude] if exclude else []), *secured],
+                files={"client.properties": _props(client("monitor"))} if sec else {}, depends_on=broker_names))
         if spec.get("counter") and registry_url:
             name = f"{dc}-audit-counter"
             out.append(Service(name, dc, "counter", n.host(dc, "counter"), [

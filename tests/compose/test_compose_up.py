@@ -287,8 +287,8 @@ def test_compose_up(tmp_path):
         time.sleep(3 * WINDOW_MS / 1000)
         wait_recovered(audit, 0)
         # Prometheus (published on 127.0.0.1) scrapes every container's /metrics and sees the traffic
-        check_prometheus(f"http://127.0.0.1:{base + 10}", {"broker", "mirror", "counter", "audit", "loads",
-                                                            "prometheus"})
+        check_prometheus(f"http://127.0.0.1:{base + 10}", {"broker", "mirror", "counter", "lag", "audit",
+                                                            "loads", "prometheus"})
 
         # the load DAG through Airflow's REST API, the report at every tier
         password_file = "/var/lib/logbus/offline-airflow/passwords.json"

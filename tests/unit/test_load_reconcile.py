@@ -51,6 +51,9 @@ class FakeWarehouse:
     def manifests(self):
         return self._manifests
 
+    def size(self, path):
+        return sum(len(text) for f, text in self.files.items() if f == path or f.startswith(path + "/"))
+
     def staging(self, load_id):
         return self.path("_staging", f"load-{load_id:06d}")
 

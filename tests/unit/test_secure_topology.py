@@ -65,7 +65,10 @@ def test_each_service_has_its_own_principal_and_only_what_it_needs():
     assert not any(p == "User:registry-offline" and op in ("Write", "All") for _, p, _, _, op in grants)
     assert not any(p == "User:audit" and op == "Write" for _, p, _, _, op in grants)
     assert secure.principals(plan) == ["admin", "audit", "broker", "counter-live", "counter-offline", "frontend",
-                                       "loads", "mirror-offline", "registry", "registry-offline"]
+                                       "loads", "mirror-offline", "monitor", "registry", "registry-offline"]
+    # the lag exporters' principal only describes (groups, topics, the cluster), in both datacenters
+    assert {op for _, p, _, _, op in grants if p == "User:monitor"} == {"Describe"}
+    assert {dc for dc, p, _, _, _ in grants if p == "User:monitor"} == {"live", "offline"}
     roles = secure.registry_users(plan)
     assert roles["frontend"] == "write" and roles["loads"] == "read" and roles["admin"] == "admin"
 

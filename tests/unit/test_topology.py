@@ -13,15 +13,18 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     svcs = {s.name: s for s in services(load(), "local", "/tmp/logbus-state")}
     live = {s.kind for s in svcs.values() if s.datacenter == "live"}
     offline = {s.kind for s in svcs.values() if s.datacenter == "offline"}
-    assert live == {"zookeeper", "broker", "registry", "counter", "frontend"}
-    assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus"}
-    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 22
+    assert live == {"zookeeper", "broker", "registry", "counter", "frontend", "lag"}
+    assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus", "lag"}
+    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 24
+    # the offline lag exporter leaves out the exactly-once mirror's group (it holds live's offsets)
+    assert svcs["offline-lag-exporter"].argv[-2:] == ["--exclude-groups", "mirror-offline"]
+    assert "--exclude-groups" not in svcs["live-lag-exporter"].argv
     # every broker, mirror and counter serves /metrics, and the offline Prometheus scrapes them all
     scraped = svcs["offline-prometheus"].files["prometheus.yml"]
     for s in svcs.values():
         if s.kind == "broker":
             assert f"metrics.listener=http://{s.host}:9404" in s.files["server.properties"]
-        if s.kind in ("broker", "mirror", "counter"):
+        if s.kind in ("broker", "mirror", "counter", "lag"):
             assert f'"{s.host}:9404"' in scraped, s.name
     assert '"127.0.2.40:8090"' in scraped and "alerts.yml" in scraped
     assert svcs["live-broker1"].host == "127.0.1.1" and svcs["offline-broker3"].host == "127.0.2.3"

@@ -27,7 +27,8 @@ async def handle(broker, header, request):
         if replication == -1:
             replication = broker.config["default.replication.factor"]
         try:
-            if not (access.on_cluster(broker, "Create", quiet=True) or access.allowed(broker, "Create", access.TOPIC, topic.name)):
+            if not (access.on_cluster(broker, "Create", quiet=True)
+                    or access.allowed(broker, "Create", access.TOPIC, topic.name)):
                 raise TopicError("topic_authorization_failed", "Authorization failed.")
             if counts[topic.name] > 1:
                 raise TopicError("invalid_request", f"topic {topic.name!r} appears more than once")

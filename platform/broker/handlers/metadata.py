@@ -49,7 +49,8 @@ async def handle(broker, header, request):
         if request.topics is not None and not access.allowed(broker, "Describe", access.TOPIC, name):
             info, error = None, ErrorCode.topic_authorization_failed
         elif info is None and auto_create and broker.config["auto.create.topics.enable"] and not (
-                access.on_cluster(broker, "Create", quiet=True) or access.allowed(broker, "Create", access.TOPIC, name)):
+                access.on_cluster(broker, "Create", quiet=True)
+                or access.allowed(broker, "Create", access.TOPIC, name)):
             error = ErrorCode.topic_authorization_failed
         elif info is None and auto_create and broker.config["auto.create.topics.enable"]:
             try:

@@ -23,7 +23,8 @@ Connections over ``max.connections`` (the inter-broker listener exempt), a liste
 
 Security: an SSL or SASL_SSL listener serves TLS (``broker.security.tls``); on a SASL_PLAINTEXT or SASL_SSL
 listener a connection may send only ApiVersions, SaslHandshake and SaslAuthenticate until it has
-authenticated (anything else closes it, as Kafka does). Each connection's :class:`~broker.network.session.Session` (principal, peer host, SASL
+authenticated (anything else closes it, as Kafka does). Each connection's
+:class:`~broker.network.session.Session` (principal, peer host, SASL
 state) is in the context variable :data:`current_session`.
 """
 
