@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from schema_registry.core import INVALID_SCHEMA, Registry, RegistryError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+HTTP_REASONS = {404: "HTTP 404 Not Found", 405: "HTTP 405 Method Not Allowed"}
 
 
 def answer(body, status: int = 200) -> Response:
@@ -37,11 +38,15 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException):
-        return error(exc.status_code, str(exc.detail), exc.status_code)
+        # Jersey's wording for an unknown route (404) or method (405), as Confluent's registry answers
+        return error(exc.status_code, HTTP_REASONS.get(exc.status_code, str(exc.detail)), exc.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError):
-        return error(422, f"Unprocessable entity: {exc.errors()[:1]}", 422)
+        # a path parameter of the wrong type (/schemas/ids/abc) matches no resource in Confluent: 404
+        if any(e.get("loc", ("",))[0] == "path" for e in exc.errors()):
+            return error(404, HTTP_REASONS[404], 404)
+        return error(422, "Unprocessable entity: invalid request parameters", 422)
 
     async def body(request: Request) -> dict:
         """The JSON body, read chunk by chunk: past ``max.request.bytes`` the request is refused at once (413)
@@ -119,40 +124,40 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
     async def subjects(deleted: str | None = None):
         return answer(registry.subject_names(truthy(deleted)))
 
-    @app.post("/subjects/{subject}")
+    @app.get("/subjects/{subject:path}/versions")
+    async def versions(subject: str, deleted: str | None = None):
+        return answer([v.version for v in registry.versions(subject, truthy(deleted))])
+
+    @app.post("/subjects/{subject:path}/versions")
+    async def register(subject: str, request: Request, normalize: str | None = None):
+        text, schema_type, refs = schema_fields(await body(request))
+        return answer({"id": await registry.register(subject, text, schema_type, refs, truthy(normalize))})
+
+    @app.get("/subjects/{subject:path}/versions/{version}")
+    async def get_version(subject: str, version: str, deleted: str | None = None):
+        return answer(version_body(subject, registry.version(subject, version, truthy(deleted))))
+
+    @app.get("/subjects/{subject:path}/versions/{version}/schema")
+    async def get_version_schema(subject: str, version: str):
+        return answer(json.loads(registry.schema(registry.version(subject, version).schema_id).text))
+
+    @app.get("/subjects/{subject:path}/versions/{version}/referencedby")
+    async def referenced_by(subject: str, version: str):
+        return answer(registry.referenced_by(subject, version))
+
+    @app.delete("/subjects/{subject:path}/versions/{version}")
+    async def delete_version(subject: str, version: str, permanent: str | None = None):
+        return answer(await registry.delete_version(subject, version, truthy(permanent)))
+
+    @app.post("/subjects/{subject:path}")
     async def lookup(subject: str, request: Request, normalize: str | None = None, deleted: str | None = None):
         text, schema_type, refs = schema_fields(await body(request))
         v, _ = registry.lookup(subject, text, schema_type, refs, truthy(normalize), truthy(deleted))
         return answer(version_body(subject, v))
 
-    @app.delete("/subjects/{subject}")
+    @app.delete("/subjects/{subject:path}")
     async def delete_subject(subject: str, permanent: str | None = None):
         return answer(await registry.delete_subject(subject, truthy(permanent)))
-
-    @app.get("/subjects/{subject}/versions")
-    async def versions(subject: str, deleted: str | None = None):
-        return answer([v.version for v in registry.versions(subject, truthy(deleted))])
-
-    @app.post("/subjects/{subject}/versions")
-    async def register(subject: str, request: Request, normalize: str | None = None):
-        text, schema_type, refs = schema_fields(await body(request))
-        return answer({"id": await registry.register(subject, text, schema_type, refs, truthy(normalize))})
-
-    @app.get("/subjects/{subject}/versions/{version}")
-    async def get_version(subject: str, version: str, deleted: str | None = None):
-        return answer(version_body(subject, registry.version(subject, version, truthy(deleted))))
-
-    @app.get("/subjects/{subject}/versions/{version}/schema")
-    async def get_version_schema(subject: str, version: str):
-        return answer(json.loads(registry.schema(registry.version(subject, version).schema_id).text))
-
-    @app.get("/subjects/{subject}/versions/{version}/referencedby")
-    async def referenced_by(subject: str, version: str):
-        return answer(registry.referenced_by(subject, version))
-
-    @app.delete("/subjects/{subject}/versions/{version}")
-    async def delete_version(subject: str, version: str, permanent: str | None = None):
-        return answer(await registry.delete_version(subject, version, truthy(permanent)))
 
     async def compatibility(subject: str, version: str | None, request: Request, verbose: str | None):
         text, schema_type, refs = schema_fields(await body(request))
@@ -162,11 +167,11 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
             out["messages"] = messages
         return answer(out)
 
-    @app.post("/compatibility/subjects/{subject}/versions")
+    @app.post("/compatibility/subjects/{subject:path}/versions")
     async def compatibility_all(subject: str, request: Request, verbose: str | None = None):
         return await compatibility(subject, None, request, verbose)
 
-    @app.post("/compatibility/subjects/{subject}/versions/{version}")
+    @app.post("/compatibility/subjects/{subject:path}/versions/{version}")
     async def compatibility_one(subject: str, version: str, request: Request, verbose: str | None = None):
         return await compatibility(subject, version, request, verbose)
 
@@ -186,7 +191,7 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
         await registry.set_level(None, None)
         return answer({"compatibilityLevel": previous})
 
-    @app.get("/config/{subject}")
+    @app.get("/config/{subject:path}")
     async def get_subject_config(subject: str, defaultToGlobal: str | None = None):  # noqa: N803 (Confluent's name)
         if subject in registry.configs:
             return answer({"compatibilityLevel": registry.configs[subject]})
@@ -194,13 +199,13 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
             return answer({"compatibilityLevel": registry.level(None)})
         return error(40408, f"Subject '{subject}' does not have subject-level compatibility configured")
 
-    @app.put("/config/{subject}")
+    @app.put("/config/{subject:path}")
     async def put_subject_config(subject: str, request: Request):
         level = (await body(request)).get("compatibility")
         await registry.set_level(subject, level if isinstance(level, str) else "")
         return answer({"compatibility": level.upper()})
 
-    @app.delete("/config/{subject}")
+    @app.delete("/config/{subject:path}")
     async def delete_subject_config(subject: str):
         if subject not in registry.configs:
             return error(40401, f"Subject '{subject}' not found.")
@@ -219,7 +224,7 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
         await registry.set_mode(None, mode)
         return answer({"mode": mode.upper()})
 
-    @app.get("/mode/{subject}")
+    @app.get("/mode/{subject:path}")
     async def get_subject_mode(subject: str, defaultToGlobal: str | None = None):  # noqa: N803
         if subject in registry.modes:
             return answer({"mode": registry.modes[subject]})
@@ -227,7 +232,7 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
             return answer({"mode": registry.mode(None)})
         return error(40409, f"Subject '{subject}' does not have subject-level mode configured")
 
-    @app.put("/mode/{subject}")
+    @app.put("/mode/{subject:path}")
     async def put_subject_mode(subject: str, request: Request):
         mode = (await body(request)).get("mode")
         await registry.set_mode(subject, mode)

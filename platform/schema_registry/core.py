@@ -10,12 +10,17 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
+import logging
+
+from schema_registry.canonical import identity
 from schema_registry.compatibility import (
     InvalidSchema,
     canonical,
     incompatibilities,
     parse,
 )
+
+log = logging.getLogger("schema_registry.core")
 
 SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
 SUBJECT_SOFT_DELETED, SUBJECT_NOT_SOFT_DELETED = 40404, 40405
@@ -65,6 +70,7 @@ class Registry:
         self.modes: dict[str | None, str] = {}
         self.max_id = 0
         self._lock = asyncio.Lock()
+        self._identities: dict[int, str] = {}  # schema id -> canonical string (a stored id's text never changes)
 
     # ---- replay of the topic ----------------------------------------------------------------------------------
     def apply(self, key: dict, value: dict | None) -> None:
@@ -172,6 +178,32 @@ class Registry:
     def parsed(self, stored: Stored):
         return parse(stored.text, self._resolve(stored.references))
 
+    def parsed_previous(self, versions: list[Version]) -> list:
+        """The parsed schemas of ``versions``, leaving out (with a warning) any stored schema that no longer
+        parses under the current rules, as Confluent skips previous schemas it cannot parse."""
+        out = []
+        for v in versions:
+            try:
+                out.append(self.parsed(self.schemas[v.schema_id]))
+            except (InvalidSchema, RegistryError) as exc:
+                log.warning("compatibility: skipping schema id %s (version %s) that does not parse: %s",
+                            v.schema_id, v.version, exc)
+        return out
+
+    def identity_of(self, stored: Stored) -> str:
+        cached = self._identities.get(stored.schema_id)
+        if cached is not None:
+            return cached
+        try:
+            refs = self._resolve(stored.references)
+        except RegistryError:
+            refs = []
+        self._identities[stored.schema_id] = key = identity(stored.text, refs)
+        return key
+
+    def same(self, stored: Stored, key: str, references: list[dict]) -> bool:
+        return stored.references == (references or []) and self.identity_of(stored) == key
+
     def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
         if (schema_type or "AVRO").upper() != "AVRO":
             raise RegistryError(INVALID_SCHEMA, f"Invalid schema: schema type {schema_type} is not supported "
@@ -186,9 +218,10 @@ class Registry:
                deleted: bool = False) -> tuple[Version, Stored]:
         versions = self.versions(subject, deleted=deleted)
         text, _ = self.prepare(text, schema_type, references, normalize)
+        key = identity(text, self._resolve(references))
         for v in reversed(versions):
             stored = self.schemas[v.schema_id]
-            if stored.text == text and stored.references == (references or []):
+            if self.same(stored, key, references):
                 return v, stored
         raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
 
@@ -204,7 +237,7 @@ class Registry:
         else:
             existing = [self.version(subject, version)]
             level = self.level(subject).replace("_TRANSITIVE", "")
-        return incompatibilities(new, [self.parsed(self.schemas[v.schema_id]) for v in existing], level)
+        return incompatibilities(new, self.parsed_previous(existing), level)
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     def _writable(self, subject: str | None) -> None:
@@ -220,17 +253,16 @@ class Registry:
             text, new = self.prepare(text, schema_type, references, normalize)
             existing = self.subjects.get(subject, {})
             live = [v for _, v in sorted(existing.items()) if not v.deleted]
+            key = identity(text, self._resolve(references))
             for v in live:
-                stored = self.schemas[v.schema_id]
-                if stored.text == text and stored.references == (references or []):
+                if self.same(self.schemas[v.schema_id], key, references):
                     return v.schema_id  # already registered: same id, no new version
-            problems = incompatibilities(new, [self.parsed(self.schemas[v.schema_id]) for v in live],
-                                         self.level(subject))
+            problems = incompatibilities(new, self.parsed_previous(live), self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
                                     "schema for subject \"" + subject + "\", details: " + json.dumps(problems))
-            sid = next((s.schema_id for s in self.schemas.values()
-                        if s.text == text and s.references == (references or [])), self.max_id + 1)
+            sid = next((s.schema_id for s in self.schemas.values() if self.same(s, key, references)),
+                       self.max_id + 1)
             version = max(existing, default=0) + 1
             value = {"subject": subject, "version": version, "id": sid, "schema": text, "deleted": False}
             if references:
@@ -262,7 +294,10 @@ class Registry:
     async def delete_version(self, subject: str, ref: str | int, permanent: bool) -> int:
         self._writable(subject)
         async with self._lock:
-            v = self.version(subject, ref, deleted=permanent)
+            v = self.version(subject, ref, deleted=True)
+            if v.deleted and not permanent:
+                raise RegistryError(VERSION_SOFT_DELETED, f"Subject '{subject}' Version {v.version} was soft "
+                                    "deleted. Set permanent=true to delete permanently")
             if not permanent:
                 stored = self.schemas[v.schema_id]
                 value = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": stored.text,

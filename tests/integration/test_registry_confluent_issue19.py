@@ -1,0 +1,113 @@
+"""Issue 19's findings against a real registry process and broker, over HTTP (requests) and confluent-kafka's
+SchemaRegistryClient: subjects with '/', canonical schema identity, a stored schema that no longer parses,
+Confluent's error codes and bodies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from support import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+CT = "application/vnd.schemaregistry.v1+json"
+RECORD = {"type": "record", "name": "PageView", "namespace": "web",
+          "fields": [{"name": "url", "type": "string"}, {"name": "ms", "type": "long", "default": 0}]}
+
+
+def call(method: str, url: str, body=None):
+    r = requests.request(method, url, data=None if body is None else json.dumps(body),
+                         headers={"Content-Type": CT}, timeout=30)
+    assert r.headers["content-type"].startswith(("application/vnd.schemaregistry", "application/json")), r.text
+    return r.status_code, r.json()
+
+
+def start(registry, broker, topic: str):
+    return registry(broker.bootstrap, kafkastore_topic=topic).url
+
+
+def test_subjects_with_a_slash_work_on_every_route(broker, registry):
+    u = start(registry, broker, "_schemas_slash")
+    s = "team/pv-value"
+    enc = "team%2Fpv-value"
+    schema = json.dumps(RECORD)
+    assert call("POST", f"{u}/subjects/{enc}/versions", {"schema": schema}) == (200, {"id": 1})
+    assert call("GET", f"{u}/subjects")[1] == [s]
+    assert call("GET", f"{u}/subjects/{enc}/versions") == (200, [1])
+    assert call("GET", f"{u}/subjects/{enc}/versions/latest")[1]["subject"] == s
+    assert call("GET", f"{u}/subjects/{enc}/versions/1/schema")[1] == RECORD
+    assert call("GET", f"{u}/subjects/{enc}/versions/1/referencedby") == (200, [])
+    assert call("POST", f"{u}/subjects/{enc}", {"schema": schema})[1]["version"] == 1
+    assert call("POST", f"{u}/compatibility/subjects/{enc}/versions/latest", {"schema": schema}) == \
+        (200, {"is_compatible": True})
+    assert call("PUT", f"{u}/config/{enc}", {"compatibility": "FULL"}) == (200, {"compatibility": "FULL"})
+    assert call("GET", f"{u}/config/{enc}") == (200, {"compatibilityLevel": "FULL"})
+    assert call("PUT", f"{u}/mode/{enc}", {"mode": "READWRITE"}) == (200, {"mode": "READWRITE"})
+    assert call("GET", f"{u}/subjects/other%2Fx/versions") == \
+        (404, {"error_code": 40401, "message": "Subject 'other/x' not found."})
+    client = SchemaRegistryClient({"url": u})
+    assert client.get_latest_version(s).schema_id == 1
+    assert client.lookup_schema(s, Schema(schema, "AVRO")).version == 1
+    assert call("DELETE", f"{u}/subjects/{enc}") == (200, [1])
+    assert call("DELETE", f"{u}/subjects/{enc}?permanent=true") == (200, [1])
+
+
+def test_equivalent_schema_texts_get_the_same_id_and_no_new_version(broker, registry):
+    u = start(registry, broker, "_schemas_canonical")
+    first = json.dumps(RECORD)
+    reordered = json.dumps({"fields": [{"type": "string", "name": "url"}, {"default": 0, "type": {"type": "long"},
+                                                                         "name": "ms"}],
+                            "name": "web.PageView", "type": "record"}, indent=3)
+    assert call("POST", f"{u}/subjects/pv-value/versions", {"schema": first}) == (200, {"id": 1})
+    assert call("POST", f"{u}/subjects/pv-value/versions", {"schema": reordered}) == (200, {"id": 1})
+    assert call("POST", f"{u}/subjects/other-value/versions", {"schema": reordered}) == (200, {"id": 1})
+    assert call("GET", f"{u}/subjects/pv-value/versions") == (200, [1])
+    for suffix in ("", "?normalize=true"):
+        status, body = call("POST", f"{u}/subjects/pv-value{suffix}", {"schema": reordered})
+        assert status == 200 and (body["id"], body["version"]) == (1, 1)
+    # the text served for the id stays the one first registered
+    assert json.loads(call("GET", f"{u}/schemas/ids/1")[1]["schema"]) == RECORD
+    client = SchemaRegistryClient({"url": u})
+    assert client.register_schema("third-value", Schema(reordered, "AVRO")) == 1
+    assert client.lookup_schema("pv-value", Schema(reordered, "AVRO")).schema_id == 1
+
+
+def test_a_stored_schema_that_no_longer_parses_does_not_break_compatibility_checks(broker, registry):
+    topic = "_schemas_unparsable"
+    u = start(registry, broker, topic)
+    assert call("POST", f"{u}/subjects/bad-value/versions", {"schema": json.dumps(RECORD)}) == (200, {"id": 1})
+    # a version 2 whose schema does not parse (a named type nobody defines), as an older registry might have
+    # written it, straight into the topic
+    bad = {"type": "record", "name": "PageView", "namespace": "web",
+           "fields": [{"name": "url", "type": "web.Missing"}]}
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic, key=json.dumps({"keytype": "SCHEMA", "subject": "bad-value", "version": 2, "magic": 1}),
+              value=json.dumps({"subject": "bad-value", "version": 2, "id": 7, "schema": json.dumps(bad),
+                                "deleted": False}))
+    p.flush(30)
+    wait_until(lambda: call("GET", f"{u}/subjects/bad-value/versions")[1] == [1, 2], timeout=30)
+    for path in ("versions", "versions/latest", "versions/1"):
+        status, body = call("POST", f"{u}/compatibility/subjects/bad-value/{path}", {"schema": json.dumps(RECORD)})
+        assert status == 200 and body["is_compatible"] is True, (path, body)
+    assert call("POST", f"{u}/subjects/bad-value/versions", {"schema": json.dumps(RECORD)}) == (200, {"id": 1})
+
+
+def test_confluent_error_codes_and_json_bodies(broker, registry):
+    u = start(registry, broker, "_schemas_errors")
+    assert call("POST", f"{u}/subjects/e-value/versions", {"schema": json.dumps(RECORD)}) == (200, {"id": 1})
+    assert call("DELETE", f"{u}/subjects/e-value/versions/1") == (200, 1)
+    status, body = call("DELETE", f"{u}/subjects/e-value/versions/1")
+    assert (status, body["error_code"]) == (404, 40406), body
+    assert call("GET", f"{u}/schemas/ids/abc") == (404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+    assert call("GET", f"{u}/no/such/route") == (404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+    status, body = call("PATCH", f"{u}/subjects")
+    assert status == 405 and body == {"error_code": 405, "message": "HTTP 405 Method Not Allowed"}
+    assert call("GET", f"{u}/schemas/ids/99") == (404, {"error_code": 40403, "message": "Schema not found"})
+    client = SchemaRegistryClient({"url": u})
+    with pytest.raises(SchemaRegistryError) as err:
+        client.get_version("e-value", 1)
+    assert err.value.error_code == 40402
