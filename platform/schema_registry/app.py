@@ -94,6 +94,27 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
     async def root():
         return answer({})
 
+    @app.get("/status")
+    async def status():
+        """Health of the replay of the topic: records applied, and those that could not be (each logged at
+        ERROR), so a registry that silently diverged from ``_schemas`` shows it."""
+        store = registry.store
+        return answer({"records_applied_to_offset": getattr(store, "applied", -1),
+                       "records_skipped": getattr(store, "skipped", 0),
+                       "last_skipped": getattr(store, "last_skipped", None)})
+
+    @app.get("/schemas")
+    async def schemas(subjectPrefix: str = "", deleted: str | None = None,  # noqa: N803 (Confluent's names)
+                      latestOnly: str | None = None, offset: int = 0, limit: int = -1):  # noqa: N803
+        out = []
+        for subject in registry.subject_names(truthy(deleted)):
+            if not subject.startswith(subjectPrefix):
+                continue
+            found = registry.versions(subject, truthy(deleted))
+            out.extend(version_body(subject, v) for v in (found[-1:] if truthy(latestOnly) else found))
+        out = out[max(offset, 0):]
+        return answer(out if limit < 0 else out[:limit])
+
     @app.get("/schemas/types")
     async def types():
         return answer(["AVRO"])

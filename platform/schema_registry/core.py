@@ -235,7 +235,16 @@ class Registry:
                 return []
             level = self.level(subject)
         else:
-            existing = [self.version(subject, version)]
+            try:
+                existing = [self.version(subject, version)]
+            except RegistryError as exc:
+                # Confluent: a subject with no versions is compatible with "latest"; any numbered version of it
+                # is a version not found (40402), not a subject not found
+                if exc.code != SUBJECT_NOT_FOUND:
+                    raise
+                if self.parse_version(version) == -1:
+                    return []
+                raise RegistryError(VERSION_NOT_FOUND, f"Version {self.parse_version(version)} not found.") from None
             level = self.level(subject).replace("_TRANSITIVE", "")
         return incompatibilities(new, self.parsed_previous(existing), level)
 

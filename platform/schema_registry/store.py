@@ -42,6 +42,8 @@ class KafkaStore:
         self.create = create
         self.apply = None  # set by the service: apply(key, value) on the event loop
         self.applied = -1
+        self.skipped = 0  # records of the topic that could not be applied (malformed or refused by apply)
+        self.last_skipped: dict | None = None  # {"offset", "error"} of the newest of them
         self._read_to = -1  # the last offset handed to the event loop by the reader thread
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._stop = threading.Event()
@@ -135,9 +137,8 @@ class KafkaStore:
                     try:
                         key = json.loads(msg.key())
                         value = json.loads(msg.value()) if msg.value() is not None else None
-                    except (TypeError, ValueError):
-                        log.warning("skipping a malformed record at offset %d", msg.offset())
-                        key, value = {}, None
+                    except (TypeError, ValueError) as exc:
+                        key, value = {"_malformed": f"not JSON: {exc}"}, None
                     self._read_to = msg.offset()
                     self.loop.call_soon_threadsafe(self._on_record, msg.offset(), key, value)
         finally:
@@ -146,9 +147,15 @@ class KafkaStore:
     def _on_record(self, offset: int, key: dict, value: dict | None) -> None:
         if key:
             try:
+                if "_malformed" in key:
+                    raise ValueError(key["_malformed"])
                 self.apply(key, value)
-            except Exception:
-                log.exception("cannot apply the record at offset %d", offset)
+            except Exception as exc:
+                # the registry now differs from what the topic says: loud, and counted in GET /status
+                self.skipped += 1
+                self.last_skipped = {"offset": offset, "error": f"{type(exc).__name__}: {exc}"}
+                log.error("SKIPPED the %s record at offset %d: it cannot be applied (%s: %s); %d skipped so far",
+                          self.topic, offset, type(exc).__name__, exc, self.skipped, exc_info=True)
         self.applied = max(self.applied, offset)
         for target, future in self._waiters:
             if target <= self.applied and not future.done():

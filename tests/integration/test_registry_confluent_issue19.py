@@ -111,3 +111,45 @@ def test_confluent_error_codes_and_json_bodies(broker, registry):
     with pytest.raises(SchemaRegistryError) as err:
         client.get_version("e-value", 1)
     assert err.value.error_code == 40402
+
+
+def test_compatibility_against_a_version_of_an_unknown_subject(broker, registry):
+    u = start(registry, broker, "_schemas_compat_unknown")
+    body = {"schema": json.dumps(RECORD)}
+    status, err = call("POST", f"{u}/compatibility/subjects/nobody-value/versions/3", body)
+    assert (status, err["error_code"]) == (404, 40402), err
+    assert call("POST", f"{u}/compatibility/subjects/nobody-value/versions/latest", body) == \
+        (200, {"is_compatible": True})
+
+
+def test_get_schemas_with_prefix_latest_only_offset_and_limit(broker, registry):
+    u = start(registry, broker, "_schemas_list")
+    v2 = {**RECORD, "fields": RECORD["fields"] + [{"name": "ref", "type": "string", "default": ""}]}
+    for subject, schema in (("a-value", RECORD), ("a-value", v2), ("b-value", RECORD)):
+        assert call("POST", f"{u}/subjects/{subject}/versions", {"schema": json.dumps(schema)})[0] == 200
+    listed = call("GET", f"{u}/schemas")[1]
+    assert [(s["subject"], s["version"], s["id"]) for s in listed] == [("a-value", 1, 1), ("a-value", 2, 2),
+                                                                       ("b-value", 1, 1)]
+    assert [s["version"] for s in call("GET", f"{u}/schemas?subjectPrefix=a-&latestOnly=true")[1]] == [2]
+    assert [s["subject"] for s in call("GET", f"{u}/schemas?offset=1&limit=1")[1]] == ["a-value"]
+    assert call("DELETE", f"{u}/subjects/b-value")[0] == 200
+    assert [s["subject"] for s in call("GET", f"{u}/schemas?subjectPrefix=b")[1]] == []
+    assert [s["subject"] for s in call("GET", f"{u}/schemas?subjectPrefix=b&deleted=true")[1]] == ["b-value"]
+    assert call("GET", f"{u}/subjects?deleted=true")[1] == ["a-value", "b-value"]
+
+
+def test_a_record_that_cannot_be_applied_is_counted_and_logged_at_error(broker, registry):
+    topic = "_schemas_skipped"
+    proc = registry(broker.bootstrap, kafkastore_topic=topic)
+    u = proc.url
+    assert call("GET", f"{u}/status")[1]["records_skipped"] == 0
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic, key=b"not json", value=b"{}")
+    p.produce(topic, key=json.dumps({"keytype": "SCHEMA", "subject": "x", "version": 1, "magic": 1}),
+              value=json.dumps({"subject": "x", "version": 1, "schema": '"int"'}))  # no "id"
+    p.flush(30)
+    wait_until(lambda: call("GET", f"{u}/status")[1]["records_skipped"] == 2, timeout=30)
+    assert "KeyError" in call("GET", f"{u}/status")[1]["last_skipped"]["error"]
+    assert proc.log_text().count(f"SKIPPED the {topic} record at offset") == 2, proc.log_text()[-3000:]
+    # the registry keeps working
+    assert call("POST", f"{u}/subjects/y-value/versions", {"schema": '"int"'}) == (200, {"id": 1})
