@@ -253,6 +253,18 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
             return answer({"mode": registry.mode(None)})
         return error(40409, f"Subject '{subject}' does not have subject-level mode configured")
 
+    @app.delete("/mode/{subject:path}")
+    async def delete_subject_mode(subject: str):
+        if subject not in registry.modes:
+            return error(40401, f"Subject '{subject}' not found.")
+        previous = registry.modes[subject]
+        await registry.set_mode(subject, None)
+        return answer({"mode": previous})
+
+    @app.get("/contexts")
+    async def contexts():
+        return answer(["."])  # only Confluent's default context
+
     @app.put("/mode/{subject:path}")
     async def put_subject_mode(subject: str, request: Request):
         mode = (await body(request)).get("mode")

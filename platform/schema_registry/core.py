@@ -330,9 +330,13 @@ class Registry:
         await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0},
                                None if level is None else {"compatibilityLevel": level.upper()})
 
-    async def set_mode(self, subject: str | None, mode: str) -> None:
+    async def set_mode(self, subject: str | None, mode: str | None) -> None:
+        """``None`` deletes the subject's mode (a tombstone)."""
         if self.instance_mode == "READONLY":
             raise RegistryError(NOT_PERMITTED, "This registry instance is read-only (mode=READONLY)")
+        if mode is None and subject is not None:
+            await self.store.write({"keytype": "MODE", "subject": subject, "magic": 0}, None)
+            return
         if not isinstance(mode, str) or mode.upper() not in MODES:
             raise RegistryError(INVALID_MODE, f"Invalid mode. Valid values are {list(MODES)}")
         await self.store.write({"keytype": "MODE", "subject": subject, "magic": 0}, {"mode": mode.upper()})

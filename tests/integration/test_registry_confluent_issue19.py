@@ -153,3 +153,12 @@ def test_a_record_that_cannot_be_applied_is_counted_and_logged_at_error(broker, 
     assert proc.log_text().count(f"SKIPPED the {topic} record at offset") == 2, proc.log_text()[-3000:]
     # the registry keeps working
     assert call("POST", f"{u}/subjects/y-value/versions", {"schema": '"int"'}) == (200, {"id": 1})
+
+
+def test_delete_subject_mode_and_contexts(broker, registry):
+    u = start(registry, broker, "_schemas_mode")
+    assert call("GET", f"{u}/contexts") == (200, ["."])
+    assert call("PUT", f"{u}/mode/m-value", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
+    assert call("DELETE", f"{u}/mode/m-value") == (200, {"mode": "READONLY"})
+    assert call("GET", f"{u}/mode/m-value")[1]["error_code"] == 40409
+    assert call("DELETE", f"{u}/mode/m-value")[1]["error_code"] == 40401
