@@ -8,6 +8,7 @@ import logging
 from schema_registry.app import CONTENT_TYPE, create_app
 from schema_registry.config import RegistryConfig
 from schema_registry.core import Registry
+from schema_registry.negotiation import Negotiation
 from schema_registry.store import KafkaStore
 from settings import http_server
 from settings.http_auth import HttpAuth
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def build_app(config: RegistryConfig, registry: Registry):
     """The HTTP app, behind BASIC authentication when ``authentication.method=BASIC``."""
-    app = create_app(registry, int(config["max.request.bytes"]))
+    app = Negotiation(create_app(registry, int(config["max.request.bytes"])))
     authenticator = config.authenticator()
     if authenticator is None:
         return app

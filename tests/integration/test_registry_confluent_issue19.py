@@ -162,3 +162,20 @@ def test_delete_subject_mode_and_contexts(broker, registry):
     assert call("DELETE", f"{u}/mode/m-value") == (200, {"mode": "READONLY"})
     assert call("GET", f"{u}/mode/m-value")[1]["error_code"] == 40409
     assert call("DELETE", f"{u}/mode/m-value")[1]["error_code"] == 40401
+
+
+def test_content_negotiation(broker, registry):
+    u = start(registry, broker, "_schemas_negotiation")
+    r = requests.get(f"{u}/subjects", headers={"Accept": "application/json"}, timeout=10)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    r = requests.get(f"{u}/subjects", headers={"Accept": "*/*"}, timeout=10)
+    assert r.headers["content-type"].startswith(CT)
+    r = requests.get(f"{u}/subjects", headers={"Accept": "text/html"}, timeout=10)
+    assert r.status_code == 406 and r.json()["error_code"] == 406
+    r = requests.post(f"{u}/subjects/n-value/versions", data=json.dumps({"schema": '"int"'}),
+                      headers={"Content-Type": "text/plain"}, timeout=10)
+    assert r.status_code == 415 and r.json()["error_code"] == 415
+    r = requests.post(f"{u}/subjects/n-value/versions", data=json.dumps({"schema": '"int"'}),
+                      headers={"Content-Type": "application/octet-stream"}, timeout=10)
+    assert (r.status_code, r.json()) == (200, {"id": 1})
+    assert SchemaRegistryClient({"url": u}).get_subjects() == ["n-value"]
