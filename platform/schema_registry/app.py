@@ -74,6 +74,8 @@ def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) ->
 
     def schema_fields(data: dict) -> tuple[str, str | None, list[dict]]:
         text = data.get("schema")
+        if text is None or text == "":
+            raise RegistryError(INVALID_SCHEMA, "Empty schema")  # Confluent's wording
         if not isinstance(text, str):
             raise RegistryError(INVALID_SCHEMA, "Invalid schema: the body needs a \"schema\" string")
         references = data.get("references") or []

@@ -179,3 +179,10 @@ def test_content_negotiation(broker, registry):
                       headers={"Content-Type": "application/octet-stream"}, timeout=10)
     assert (r.status_code, r.json()) == (200, {"id": 1})
     assert SchemaRegistryClient({"url": u}).get_subjects() == ["n-value"]
+
+
+def test_an_empty_schema_is_42201_empty_schema(broker, registry):
+    u = start(registry, broker, "_schemas_empty")
+    for body in ({"schema": ""}, {}):
+        assert call("POST", f"{u}/subjects/x-value/versions", body) == \
+            (422, {"error_code": 42201, "message": "Empty schema"})
