@@ -18,16 +18,17 @@ class AdminError(Exception):
     """Reported as one line, exit code 1."""
 
 
-def _admin(bootstrap: str, command_config: str | None = None):
+def _admin(bootstrap: str, command_config: str | None = None, **conf):
     """An admin client; ``command_config``: a client properties file (security keys in Kafka's or librdkafka's
-    names, as kafka-topics.sh's --command-config)."""
+    names, as kafka-topics.sh's --command-config); ``conf``: more librdkafka settings."""
     from confluent_kafka.admin import AdminClient
 
     from logbus.user_configs import client_config
 
     # log_level 3: librdkafka's informational lines (e.g. "Purging 1 unserved events" at destruction) would break
     # the CLI's one-line errors on stderr
-    return AdminClient({**client_config(bootstrap, command_config), "socket.timeout.ms": 10000, "log_level": 3})
+    return AdminClient({**client_config(bootstrap, command_config), "socket.timeout.ms": 10000, "log_level": 3,
+                        **conf})
 
 
 def _result(future, what: str):

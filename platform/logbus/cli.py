@@ -46,6 +46,12 @@ def _acls(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _consumer_groups(args: argparse.Namespace) -> int:
+    from logbus.consumer_groups import run
+
+    return run(args)
+
+
 def _lag_exporter(args: argparse.Namespace) -> int:
     from logbus.lag_exporter import run
 
@@ -276,11 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_argument("--delete-config", metavar="SCRAM-SHA-512")
     configs.set_defaults(func=_configs)
 
-    from logbus import acls as acls_cli, certs as certs_cli
+    from logbus import acls as acls_cli, certs as certs_cli, consumer_groups as groups_cli
 
     acls = verbs.add_parser("acls", help="add, remove or list ACLs (as kafka-acls.sh)")
     acls_cli.add_arguments(acls)
     acls.set_defaults(func=_acls)
+    groups = verbs.add_parser("consumer-groups", help="list, describe or delete consumer groups, reset their offsets "
+                                                      "(as kafka-consumer-groups.sh)")
+    groups_cli.add_arguments(groups)
+    groups.set_defaults(func=_consumer_groups)
     certs = verbs.add_parser("certs", help="make a private CA and the certificates of a secure topology")
     certs_cli.add_arguments(certs)
     certs.set_defaults(func=_certs)

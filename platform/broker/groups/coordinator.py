@@ -358,5 +358,49 @@ class GroupCoordinator:
             return exc.error, None
         return ErrorCode.none, self.groups.get(group_id)
 
-    def listed(self) -> list[Group]:
-        return [g for g in self.groups.values() if g.state != DEAD]
+    async def has_offsets(self, group_id: str) -> bool:
+        """Whether the group has committed offsets (a group without members that Kafka still lists as Empty); an
+        unknown group id is not cached."""
+        if group_id in self.offsets:
+            return bool(self.offsets[group_id])
+        return bool(await self.store.load(group_id))
+
+    async def listed(self) -> list[Group]:
+        """The groups this broker coordinates: those in memory, plus those known only by their committed offsets
+        (after a restart, or committed without joining), as Empty groups."""
+        out = [g for g in self.groups.values() if g.state != DEAD]
+        for group_id in await self.store.groups():
+            if group_id not in self.groups and self.coordinator_id(group_id) == self.broker.node_id:
+                out.append(Group(group_id, self.initial_delay_ms))
+        return out
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups for one group, Kafka's rules: only its coordinator deletes it (NOT_COORDINATOR), only when
+        it has no members (NON_EMPTY_GROUP); a group neither in memory nor with committed offsets is
+        GROUP_ID_NOT_FOUND. Its committed offsets and registries go, so an OffsetFetch afterwards finds none."""
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            return exc.error
+        group = self.groups.get(group_id)
+        if group is not None and group.state != DEAD:
+            if group.state != EMPTY or group.members:
+                return ErrorCode.non_empty_group
+        elif not await self.has_offsets(group_id):
+            return ErrorCode.group_id_not_found
+        group = self.groups.get(group_id)  # again: a join may have arrived while the offsets were read
+        if group is not None and group.members:
+            return ErrorCode.non_empty_group
+        self.groups.pop(group_id, None)
+        self.offsets.pop(group_id, None)
+        site = f"group deletions in {getattr(self.store, 'path', 'ZooKeeper')}"
+        try:
+            await self.store.delete(group_id)
+        except OSError as exc:  # standalone: the offsets file on a full disk
+            incidents.failed(site, exc, group_id)
+            return ErrorCode.not_coordinator
+        if incidents.any:
+            incidents.succeeded(site)
+        self.offsets.pop(group_id, None)  # a fetch during the store's write may have cached the old offsets
+        log.info("group %s deleted", group_id)
+        return ErrorCode.none

@@ -18,10 +18,11 @@ import asyncio
 import json
 import os
 import struct
+from urllib.parse import unquote
 
 from broker.cluster.znodes import node_name
 from broker.log.storage_errors import replace_file
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 CONSUMERS = "/consumers"
 
@@ -98,6 +99,20 @@ class FileOffsetStore:
             await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
             self.offsets[group] = merged
 
+    async def groups(self) -> list[str]:
+        """Groups with committed offsets."""
+        return [g for g, entries in self.offsets.items() if entries]
+
+    async def delete(self, group: str) -> None:
+        """The group's offsets gone from the file (DeleteGroups); OSError changes nothing."""
+        async with self._lock:
+            if group not in self.offsets:
+                return
+            snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()]
+                        for g, e in self.offsets.items() if g != group}
+            await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
+            del self.offsets[group]
+
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         pass
 
@@ -146,6 +161,45 @@ class ZkOffsetStore:
                     client.create(path, data, makepath=True)
                 except NodeExistsError:
                     client.set(path, data)
+
+    async def groups(self) -> list[str]:
+        """Groups with an offset registry that holds offsets."""
+        return await self.zk.call(self._groups)
+
+    def _groups(self) -> list[str]:
+        client = self.zk.client
+        try:
+            names = client.get_children(CONSUMERS)
+        except NoNodeError:
+            return []
+        out = []
+        for name in names:
+            try:
+                if client.get_children(f"{CONSUMERS}/{name}/offsets"):
+                    out.append(unquote(name, errors="surrogatepass"))  # node_name's inverse
+            except NoNodeError:
+                continue
+        return out
+
+    async def delete(self, group: str) -> None:
+        """DeleteGroups of an empty group: its whole ``/consumers/<group>`` subtree (offsets, and the ids and
+        owners registries its past members left)."""
+        await self.zk.call(self._delete_group, group)
+
+    def _delete_group(self, group: str) -> None:
+        path = f"{CONSUMERS}/{node_name(group)}"
+        for _ in range(3):  # a registry node written meanwhile makes a recursive delete find a non-empty node
+            try:
+                self.zk.client.delete(path, recursive=True)
+                return
+            except NoNodeError:
+                return
+            except NotEmptyError:
+                continue
+        try:  # the offsets at least: no member commits to an empty group's registry
+            self.zk.client.delete(f"{path}/offsets", recursive=True)
+        except NoNodeError:
+            pass
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         await self.zk.call(self._ephemeral, f"{CONSUMERS}/{node_name(group)}/ids/{node_name(member_id)}",

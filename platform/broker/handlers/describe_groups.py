@@ -1,4 +1,5 @@
-"""DescribeGroups (key 15), v0–5: state, protocol and members (with their metadata and assignment)."""
+"""DescribeGroups (key 15), v0–5: state, protocol and members (with their metadata and assignment). A group known
+only by its committed offsets is Empty, an unknown one Dead (no error), as in Kafka."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -8,7 +9,7 @@ KEY = 15
 
 
 @handles(KEY, "DescribeGroups", 0, 5)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
@@ -19,8 +20,11 @@ def handle(broker, header, request):
         else:
             error, group = broker.groups.describe(group_id)
         if group is None:
-            out.append(build(group_cls, error_code=error, group_id=group_id,
-                             group_state="Dead" if error == ErrorCode.none else "", protocol_type="",
+            state = ""
+            if error == ErrorCode.none:
+                state = "Empty" if await broker.groups.has_offsets(group_id) else "Dead"
+            out.append(build(group_cls, error_code=error, group_id=group_id, group_state=state,
+                             protocol_type="consumer" if state == "Empty" else "",
                              protocol_data="", members=(), authorized_operations=-2147483648))
             continue
         members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,

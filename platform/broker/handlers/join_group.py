@@ -4,10 +4,17 @@ a static member (``group_instance_id``, KIP-345) gets its id at once and, rejoin
 static leader that rejoined a stable group to skip the assignment."""
 
 from broker.handlers.registry import handles
+from broker.network.session import current_session
 from broker.protocol.messages import ErrorCode, build, ms, nested, response_class
 from broker.security import access
 
 KEY = 11
+
+
+def client_host() -> str:
+    """The member's host as Kafka reports it (DescribeGroups, kafka-consumer-groups.sh's HOST): ``/`` + address."""
+    session = current_session.get()
+    return f"/{session.host}" if session is not None and session.host else "unknown"
 
 
 @handles(KEY, "JoinGroup", 0, 9)
@@ -23,7 +30,7 @@ async def handle(broker, header, request):
     rebalance_ms = ms(request.rebalance_timeout) if hasattr(request, "rebalance_timeout") else session_ms
     result = await broker.groups.join(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None), header.client_id or "",
-        "unknown", session_ms, rebalance_ms, request.protocol_type,
+        client_host(), session_ms, rebalance_ms, request.protocol_type,
         [(p.name, p.metadata) for p in request.protocols], require_known_member_id=version >= 4,
         supports_skip_assignment=version >= 9)
     members = tuple(build(member_cls, member_id=m, group_instance_id=i, metadata=meta)
