@@ -1,0 +1,29 @@
+"""``/``, ``/status`` (the replay's health) and ``/contexts``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from schema_registry.routes.common import RegistryDep, answer
+
+router = APIRouter()
+
+
+@router.get("/")
+async def root():
+    return answer({})
+
+
+@router.get("/status")
+async def status(registry: RegistryDep):
+    """Health of the replay of the topic: records applied, and those that could not be (each logged at
+    ERROR), so a registry that silently diverged from ``_schemas`` shows it."""
+    store = registry.store
+    return answer({"records_applied_to_offset": getattr(store, "applied", -1),
+                   "records_skipped": getattr(store, "skipped", 0),
+                   "last_skipped": getattr(store, "last_skipped", None)})
+
+
+@router.get("/contexts")
+async def contexts():
+    return answer(["."])  # only Confluent's default context

@@ -1,0 +1,56 @@
+"""``/schemas``: all versions, the schema types, and a schema by its global id."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter
+
+from schema_registry.routes.common import RegistryDep, answer, truthy, version_body
+
+router = APIRouter()
+
+
+@router.get("/schemas")
+async def schemas(registry: RegistryDep, subjectPrefix: str = "",  # noqa: N803 (Confluent's names)
+                  deleted: str | None = None, latestOnly: str | None = None,  # noqa: N803
+                  offset: int = 0, limit: int = -1):
+    out = []
+    for subject in registry.subject_names(truthy(deleted)):
+        if not subject.startswith(subjectPrefix):
+            continue
+        found = registry.versions(subject, truthy(deleted))
+        out.extend(version_body(registry, subject, v) for v in (found[-1:] if truthy(latestOnly) else found))
+    out = out[max(offset, 0):]
+    return answer(out if limit < 0 else out[:limit])
+
+
+@router.get("/schemas/types")
+async def types():
+    return answer(["AVRO"])
+
+
+@router.get("/schemas/ids/{schema_id}")
+async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None):
+    stored = registry.schema(schema_id)
+    out = {"schema": stored.text}
+    if stored.schema_type != "AVRO":
+        out["schemaType"] = stored.schema_type
+    if stored.references:
+        out["references"] = stored.references
+    return answer(out)
+
+
+@router.get("/schemas/ids/{schema_id}/schema")
+async def raw_schema_by_id(schema_id: int, registry: RegistryDep):
+    return answer(json.loads(registry.schema(schema_id).text))
+
+
+@router.get("/schemas/ids/{schema_id}/subjects")
+async def subjects_of_id(schema_id: int, registry: RegistryDep, deleted: str | None = None):
+    return answer(sorted({s for s, _ in registry.subjects_of(schema_id, truthy(deleted))}))
+
+
+@router.get("/schemas/ids/{schema_id}/versions")
+async def versions_of_id(schema_id: int, registry: RegistryDep, deleted: str | None = None):
+    return answer([{"subject": s, "version": v} for s, v in registry.subjects_of(schema_id, truthy(deleted))])
