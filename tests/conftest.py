@@ -59,3 +59,26 @@ def registry(tmp_path):
     yield make
     for proc in made:
         proc.stop()
+
+
+def pytest_itemcollected(item):
+    """Groups for ``--dist loadgroup`` (pytest-xdist, two workers by default): a module's tests stay together (its
+    module-scoped cluster is made once), and the whole-topology tests (e2e, compose) run one after another on one
+    worker — two topologies of ~40 processes at once would not fit two cores. Set as each item is collected:
+    xdist reads the marks in its own ``pytest_collection_modifyitems``, which may run before any conftest's."""
+    heavy = item.get_closest_marker("e2e") or item.get_closest_marker("compose")
+    item.add_marker(pytest.mark.xdist_group("topology" if heavy else item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """pytest-xdist 3.8 puts an item's group into its node id by setting ``item._nodeid``, which pytest 9.2 no
+    longer reads (``nodeid`` comes from ``item._id``): without this, ``--dist loadgroup`` groups nothing."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if groups and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,10 +16,31 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _port_block() -> range:
+    """This process' ports: below the kernel's ephemeral range (32768-60999, where bind(0) and outgoing
+    connections take theirs), one block per pytest-xdist worker, so two workers never hand out the same port."""
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    index = int((os.environ.get("PYTEST_XDIST_WORKER") or "gw0")[2:] or 0)
+    size = (32000 - 10000) // max(count, 1)
+    return range(10000 + index * size, 10000 + (index + 1) * size)
+
+
+_PORTS = _port_block()
+_next_port = [random.randrange(len(_PORTS))]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on at ``host``, not handed out before by this process (a cycle through its block)."""
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port[0] % len(_PORTS)]
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port at {host} in {_PORTS}")
 
 
 def wait_for_port(host: str, port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:

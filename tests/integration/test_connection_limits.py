@@ -39,10 +39,22 @@ def broker(tmp_path):
     b.stop()
 
 
+def held_connection(port: int) -> socket.socket:
+    """A connection the broker answers on. The start-up probe's (closed) connection may still be counted for a
+    moment on a busy machine: a refused one is retried until the broker has seen that close."""
+    def attempt():
+        sock = connect(port)
+        if answers(sock):
+            return sock
+        sock.close()
+        return None
+
+    return wait_until(attempt, 20, interval=0.2, what="a connection within the limit")
+
+
 def test_per_ip_limit_closes_the_extra_connection_and_clients_get_in_once_one_is_free(broker):
-    held = [connect(broker.port) for _ in range(3)]
+    held = [held_connection(broker.port) for _ in range(3)]
     try:
-        assert all(answers(s) for s in held)
         extra = connect(broker.port)
         assert not answers(extra)  # closed at once, not left hanging
         extra.close()
