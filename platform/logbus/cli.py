@@ -343,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     mirror.add_argument("--instance-id", default="0",
                         help="with --exactly-once: part of the transactional ids; a restart with the same id fences "
                              "the previous process (default 0; give each concurrent mirror process its own)")
+    mirror.add_argument("--transaction-interval-ms", type=int, default=100,
+                        help="with --exactly-once: the longest a batch waits for more records before its "
+                             "transaction commits (MirrorMaker 2's transaction.boundary.interval.ms; default 100, "
+                             "Kafka Streams' exactly-once commit.interval.ms); sooner at 2000 records")
     mirror.set_defaults(func=_mirror)
 
     translate = verbs.add_parser("mirror-translate", help="translate a group's source offsets to the target")

@@ -77,9 +77,11 @@ class Mirror:
     def __init__(self, consumer_config: dict, producer_config: dict, whitelist: str, blacklist: str | None = None,
                  num_streams: int = 1, source_name: str = "source", checkpoint_topic: str = "_mirror_checkpoints",
                  checkpoint_interval_s: float = 5.0, batch_size: int = 2000, exactly_once: bool = False,
-                 instance_id: str = "0"):
+                 instance_id: str = "0", transaction_interval_ms: int = 100):
         """Raises ValueError (a bad pattern) or KafkaException (a bad client setting): fatal configuration errors.
-        ``exactly_once``: copy in transactions with the consumed offsets (:mod:`mirror.exactly_once`)."""
+        ``exactly_once``: copy in transactions with the consumed offsets (:mod:`mirror.exactly_once`), one per
+        ``transaction_interval_ms`` at most (MirrorMaker 2's transaction.boundary.interval.ms; 100 ms, Kafka Streams'
+        commit.interval.ms under exactly-once), or sooner when ``batch_size`` records are waiting."""
         self.consumer_config = {"group.id": f"logbus-mirror-{source_name}", "auto.offset.reset": "earliest",
                                 "topic.metadata.refresh.interval.ms": 5000, **consumer_config,
                                 "enable.auto.commit": False}
@@ -95,6 +97,9 @@ class Mirror:
         self.exactly_once = exactly_once
         self.instance_id = instance_id
         self.batch_size = batch_size
+        if transaction_interval_ms <= 0:
+            raise ValueError(f"transaction interval must be > 0 ms, not {transaction_interval_ms}")
+        self.transaction_interval_s = transaction_interval_ms / 1000
         self.counters = Counters()
         self.stop_event = threading.Event()
         Producer(self.producer_config).flush(0)  # a bad setting fails here, once, not in every stream restart

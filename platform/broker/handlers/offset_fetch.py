@@ -17,18 +17,25 @@ async def handle(broker, header, request):
     wanted = None
     if request.topics is not None:
         wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    stable = getattr(request, "require_stable", False)
+    unstable = set()
     if not access.allowed(broker, "Describe", access.GROUP, request.group_id):
         error, committed = ErrorCode.group_authorization_failed, {}
     else:
+        # pending offsets are read before the committed ones: a transaction that completes in between has its
+        # offsets either seen pending or applied, never neither (stale offsets would make a reader repeat records)
+        if stable:
+            unstable = await broker.txn.offsets.unstable(request.group_id, wanted)
         error, committed = await broker.groups.fetch_offsets(request.group_id, wanted)
+        if stable and broker.txn.offsets.completing(request.group_id):
+            unstable |= set(committed) | set(wanted or ())
     hidden = set()  # topics the principal may not Describe: refused when named, left out of "all"
     if access.enabled(broker):
         hidden = {t for t in {t for t, _ in (wanted or committed)}
                   if not access.allowed(broker, "Describe", access.TOPIC, t, quiet=wanted is None)}
         committed = {k: v for k, v in committed.items() if k[0] not in hidden}
-    unstable = set()
-    if getattr(request, "require_stable", False) and error == ErrorCode.none:
-        unstable = await broker.txn.offsets.unstable(request.group_id, wanted)
+    if error != ErrorCode.none:
+        unstable = set()
     by_topic: dict[str, list] = {}
     for (topic, p), (offset, meta) in sorted(committed.items()):
         waiting = (topic, p) in unstable  # offsets of an open transaction: the client retries (KIP-447)

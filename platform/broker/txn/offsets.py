@@ -147,6 +147,7 @@ class TxnOffsets:
     def __init__(self, broker):
         self.broker = broker
         self._pending = None
+        self._completing: dict[str, int] = {}  # group -> markers being applied (stored, cache not yet updated)
 
     @property
     def pending(self):
@@ -176,13 +177,23 @@ class TxnOffsets:
         groups = self.broker.groups
         if groups.coordinator_id(group_id) != self.broker.node_id:
             return ErrorCode.not_coordinator
+        self._completing[group_id] = self._completing.get(group_id, 0) + 1
         try:
             applied = await self.pending.finish(group_id, producer_id, commit, groups.store)
         except OSError:
             return ErrorCode.kafka_storage_error
+        finally:
+            self._completing[group_id] -= 1
+            if not self._completing[group_id]:
+                del self._completing[group_id]
         if applied and group_id in groups.offsets:
             groups.offsets[group_id].update(applied)
         return ErrorCode.none
+
+    def completing(self, group_id: str) -> bool:
+        """A marker of the group is being applied: the store may hold offsets the coordinator's cache has not yet
+        (an OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile)."""
+        return group_id in self._completing
 
     async def unstable(self, group_id: str, partitions: list[tuple[str, int]] | None) -> set[tuple[str, int]]:
         """Partitions of the group with offsets pending in an open transaction."""
