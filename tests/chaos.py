@@ -89,8 +89,8 @@ class Chaos:
             out += batch
         return out[:rounds]
 
-    def _pick(self, statuses: dict[str, dict], kind: str) -> str:
-        return self.rng.choice(sorted(n for n, s in statuses.items() if s["kind"] == kind))
+    def _pick(self, statuses: dict[str, dict], kind: str, prefix: str = "") -> str:
+        return self.rng.choice(sorted(n for n, s in statuses.items() if s["kind"] == kind and n.startswith(prefix)))
 
     def _kill(self, name: str, statuses: dict[str, dict]) -> str:
         os.kill(statuses[name]["service_pid"], signal.SIGKILL)
@@ -128,7 +128,7 @@ class Chaos:
         if kind == "kill-counter":
             return self._kill(self._pick(statuses, "counter"), statuses), {}
         if kind == "kill-registry":
-            return self._kill("live-registry", statuses), {}
+            return self._kill(self._pick(statuses, "registry", "live-"), statuses), {}
         if kind == "kill-zookeeper":
             return self._kill(self._pick(statuses, "zookeeper"), statuses), {}
         if kind == "kill-scheduler":

@@ -99,7 +99,8 @@ def check_complete(report: dict, audit: str, airflow: str, token: str, until_ms:
 
 def check_prometheus(url: str, jobs: set[str], timeout: float = 60) -> dict[str, float]:
     """The topology's Prometheus scrapes every target of ``jobs`` (all up) and sees traffic: records in on both
-    datacenters' brokers, records through the mirror, audit completeness. Returns those sums."""
+    datacenters' brokers, records through the mirror, audit completeness, one registry leader. Returns those
+    sums."""
     http = requests.Session()
     http.trust_env = False  # loopback
 
@@ -125,7 +126,10 @@ def check_prometheus(url: str, jobs: set[str], timeout: float = 60) -> dict[str,
         sums["mirrored"] = float(rows[0]["value"][1]) if rows else 0.0
         rows = query("count(logbus_audit_closed_window_completeness_percent)")
         sums["audited_series"] = float(rows[0]["value"][1]) if rows else 0.0
+        rows = query("sum(schema_registry_master_slave_role)")  # the live registries elected one leader
+        sums["registry_leaders"] = float(rows[0]["value"][1]) if rows else 0.0
         return all(v > 0 for v in sums.values())
 
     wait_until(traffic, timeout, interval=2, what=f"traffic seen through Prometheus: {sums}")
+    assert sums["registry_leaders"] == 1, sums
     return sums

@@ -136,6 +136,22 @@ def _zookeeper_count(dc: str, spec: dict) -> int:
     raise TopologyError(f"{dc}: zookeeper must be true, false or a number of nodes (0-9), not {value!r}")
 
 
+def _registries(n: _Names, dc: str, spec: dict) -> list[tuple[str, str]]:
+    """(service name, host) of a datacenter's registry instances: ``registry_instances`` of them (default 1) for
+    the primary, which elect their leader; one read-only follower elsewhere. The first is ``<dc>-registry``."""
+    if not spec.get("registry"):
+        return []
+    count = spec.get("registry_instances", 1) if spec.get("registry") == "primary" else 1
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 9:
+        raise TopologyError(f"{dc}: registry_instances must be a number from 1 to 9, not {count!r}")
+    out = []
+    for k in range(count):
+        name = f"{dc}-registry{k + 1 if k else ''}"
+        out.append((name, name if n.target == "compose" else
+                    f"{n.topo['datacenters'][dc]['network']}.{OCTETS['registry'] + k}"))
+    return out
+
+
 def _props(values: dict) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
@@ -163,7 +179,9 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
         raise TopologyError(str(exc)) from None
     scheme = "https" if sec else "http"
     secrets = n.secrets_dir() if sec else None
-    registry_url = (f"{scheme}://{n.host(primary, 'registry')}:{n.port('registry', primary)}" if primary else None)
+    # every writable instance of the primary datacenter (clients fail over among them; writes reach the leader)
+    registry_url = (",".join(f"{scheme}://{host}:{n.port('registry', primary)}"
+                             for _, host in _registries(n, primary, dcs[primary])) if primary else None)
     def client(principal: str, prefix: str = "") -> dict:  # a Kafka client's security settings, if any
         return secure.client_props(secrets, principal, prefix) if sec else {}
 
@@ -235,24 +253,25 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                else []))
         broker_names = [f"{dc}-broker{i}" for i in range(1, brokers + 1)]
         role = spec.get("registry")
-        if role:
-            name = f"{dc}-registry"
-            host, port = n.host(dc, "registry"), n.port("registry", dc)
+        for k, (name, host) in enumerate(_registries(n, dc, spec)):
+            port = n.port("registry", dc)
             store_dc = dc if role == "primary" else primary  # a read-only follower reads the primary's _schemas
             config = {"listeners": f"{scheme}://{'0.0.0.0' if target == 'compose' else host}:{port}",
                       **client("registry" if role == "primary" else f"registry-{dc}", "kafkastore."),
                       **(secure.registry_server_props(secrets, name) if sec else {}),
                       "kafkastore.bootstrap.servers": bootstrap[store_dc],
                       "kafkastore.topic.replication.factor": min(3, int(dcs[store_dc].get("brokers", 1))),
-                      "mode": "READWRITE" if role == "primary" else "READONLY", "host.name": host}
+                      "mode": "READWRITE" if role == "primary" else "READONLY", "host.name": host,
+                      "metrics.listener": metrics_listener("registry", dc, host)}
             deps = [f"{store_dc}-broker{i}" for i in range(1, int(dcs[store_dc].get("brokers", 1)) + 1)]
             if role != "primary":
                 deps.append(f"{primary}-registry")
+            published = n.published_list(f"registry{k + 1}" if k else "registry", dc, port)
             out.append(Service(name, dc, "registry", host, ["schema-registry",
                                                              f"{n.config_dir(name)}/registry.properties"],
                                files={"registry.properties": _props(config)}, depends_on=deps,
                                health=(scheme, port, "/subjects"), port=port, url=f"{scheme}://{host}:{port}",
-                               published=n.published_list("registry", dc, port)))
+                               published=published))
         for index, source in enumerate(spec.get("mirror_from", [])):
             if source not in dcs:
                 raise TopologyError(f"{dc}: mirror_from names an unknown datacenter {source!r}")
@@ -262,7 +281,10 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                 "--producer.config", f"{n.config_dir(name)}/producer.properties", "--whitelist", ".*",
                 "--source-name", source, "--stats-file", f"{n.data_dir(name)}/stats.json",
                 "--metrics-listener", metrics_listener("mirror", dc, n.host(dc, "mirror"), index),
-                *(["--exactly-once"] if spec.get("mirror_exactly_once") else [])],
+                # exactly-once: a transaction per 500 ms at most (the audit's grace is far longer; the brokers' cost
+                # of transactions falls with their number)
+                *(["--exactly-once", "--transaction-interval-ms", str(spec.get("mirror_transaction_interval_ms", 500))]
+                  if spec.get("mirror_exactly_once") else [])],
                 # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
                 files={"consumer.properties": _props({"bootstrap.servers": remote[source],
                                                       "group.id": f"mirror-{dc}", "session.timeout.ms": 10000,

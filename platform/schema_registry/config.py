@@ -9,6 +9,7 @@ from settings import http_auth, http_server
 from settings.properties import ConfigError, parse_properties
 from settings.security import KEYS as CLIENT_SECURITY_KEYS
 from settings.security import ClientSecurity
+from telemetry.exposition import parse_listener
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 MODES = ("READWRITE", "READONLY")
@@ -22,6 +23,11 @@ KEYS = {
     "host.name": "127.0.0.1",
     "mode": "READWRITE",
     "max.request.bytes": "10485760",
+    # leader election among writable instances (Confluent's keys): through Kafka's group protocol
+    "leader.eligibility": "true",
+    "schema.registry.group.id": "schema-registry",
+    "inter.instance.protocol": "",
+    "metrics.listener": "",  # logbus: Prometheus metrics on http://HOST:PORT/metrics (the broker's key)  # the scheme other instances reach this one with (default: the first listener's)
     # HTTP authentication, Confluent's keys (rest-utils); authentication.roles "*" is any user of the file
     "authentication.method": "NONE",
     "authentication.realm": "",
@@ -75,6 +81,12 @@ class RegistryConfig:
         if values["mode"].upper() not in MODES:
             raise RegistryConfigError("mode must be READWRITE or READONLY")
         try:
+            parse_listener(values["metrics.listener"].strip())
+        except ValueError as exc:
+            raise RegistryConfigError(str(exc)) from None
+        if values["leader.eligibility"].strip().lower() not in ("true", "false"):
+            raise RegistryConfigError("leader.eligibility must be true or false")
+        try:
             int(values["kafkastore.timeout.ms"])
             int(values["max.request.bytes"])
         except ValueError as exc:
@@ -84,6 +96,7 @@ class RegistryConfig:
             cfg.listeners  # validates
             http_server.check_ssl(values, cfg.listeners)
             cfg.kafkastore_security
+            cfg.identity
             cfg.authenticator()
         except ConfigError as exc:
             raise RegistryConfigError(str(exc)) from None
@@ -104,6 +117,27 @@ class RegistryConfig:
     def listener(self) -> tuple[str, int]:
         first = self.listeners[0]
         return first.host, first.port
+
+    @property
+    def identity(self):
+        """How the other instances reach this one: ``host.name``, and the port and scheme of the listener of
+        ``inter.instance.protocol`` (the first listener when unset)."""
+        from schema_registry.election import Identity
+
+        wanted = self.values["inter.instance.protocol"].strip().lower()
+        chosen = next((lst for lst in self.listeners if lst.scheme == wanted), None) if wanted else self.listeners[0]
+        if chosen is None:
+            raise ConfigError(f"inter.instance.protocol={wanted}: no listener has that scheme")
+        return Identity(self.values["host.name"], chosen.port, chosen.scheme,
+                        self.values["leader.eligibility"].strip().lower() == "true")
+
+    def forwarding_verify(self):
+        """What a forwarded request trusts of the leader's certificate: the registry's trust store, else the CA of
+        its Kafka store client, else the system's CAs."""
+        import ssl
+
+        ca = self.get("ssl.truststore.location") or self.kafkastore_security.ca_file
+        return ssl.create_default_context(cafile=ca) if ca else True
 
     @property
     def kafkastore_security(self) -> ClientSecurity:

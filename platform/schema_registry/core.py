@@ -71,6 +71,23 @@ class Registry:
         self.max_id = 0
         self._lock = asyncio.Lock()
         self._identities: dict[int, str] = {}  # schema id -> canonical string (a stored id's text never changes)
+        self._caught_up: asyncio.Future | None = None  # a new leader's reading of the store to its end
+        self.election = None  # schema_registry.election.LeaderElection of a writable instance (set by the service)
+
+    def become_leader(self) -> None:
+        """This instance was just elected: before its first write it reads the store to its end, so the ids it
+        allocates follow every id a previous leader wrote (Confluent's registry does the same)."""
+        self._caught_up = asyncio.ensure_future(self.store.catch_up())
+
+    async def _ready(self) -> None:
+        if self._caught_up is None:
+            return
+        try:
+            await asyncio.shield(self._caught_up)
+        except RegistryError:
+            self._caught_up = asyncio.ensure_future(self.store.catch_up())  # the next write tries again
+            raise
+        self._caught_up = None
 
     # ---- replay of the topic ----------------------------------------------------------------------------------
     def apply(self, key: dict, value: dict | None) -> None:
@@ -259,6 +276,7 @@ class Registry:
                        normalize: bool) -> int:
         self._writable(subject)
         async with self._lock:
+            await self._ready()
             text, new = self.prepare(text, schema_type, references, normalize)
             existing = self.subjects.get(subject, {})
             live = [v for _, v in sorted(existing.items()) if not v.deleted]
@@ -283,6 +301,7 @@ class Registry:
     async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         self._writable(subject)
         async with self._lock:
+            await self._ready()
             all_versions = self.versions(subject, deleted=True)
             live = [v for v in all_versions if not v.deleted]
             if not permanent:
@@ -303,6 +322,7 @@ class Registry:
     async def delete_version(self, subject: str, ref: str | int, permanent: bool) -> int:
         self._writable(subject)
         async with self._lock:
+            await self._ready()
             v = self.version(subject, ref, deleted=True)
             if v.deleted and not permanent:
                 raise RegistryError(VERSION_SOFT_DELETED, f"Subject '{subject}' Version {v.version} was soft "
@@ -325,6 +345,7 @@ class Registry:
 
     async def set_level(self, subject: str | None, level: str | None) -> None:
         self._writable(subject)
+        await self._ready()
         if level is not None and level.upper() not in LEVELS:
             raise RegistryError(INVALID_LEVEL, f"Invalid compatibility level. Valid values are {list(LEVELS)}")
         await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0},
@@ -334,6 +355,7 @@ class Registry:
         """``None`` deletes the subject's mode (a tombstone)."""
         if self.instance_mode == "READONLY":
             raise RegistryError(NOT_PERMITTED, "This registry instance is read-only (mode=READONLY)")
+        await self._ready()
         if mode is None and subject is not None:
             await self.store.write({"keytype": "MODE", "subject": subject, "magic": 0}, None)
             return

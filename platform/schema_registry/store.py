@@ -162,6 +162,26 @@ class KafkaStore:
                 future.set_result(None)
         self._waiters = [(t, f) for t, f in self._waiters if not f.done()]
 
+    async def catch_up(self) -> None:
+        """Apply ``_schemas`` up to its current end (a new leader does this before it allocates an id, so no id
+        that a previous leader handed out is given again). STORE_TIMEOUT when the end is not reached in time."""
+        wait = max(self.timeout, 30.0)
+        try:
+            end = await asyncio.to_thread(self._end_offset, wait)
+            if end > 0:
+                await asyncio.wait_for(self._applied(end - 1), wait)
+        except (KafkaException, asyncio.TimeoutError):
+            raise RegistryError(STORE_TIMEOUT, "The new leader could not read the Kafka store to its end in time") \
+                from None
+        log.info("caught up with %s to offset %d", self.topic, end)
+
+    async def wait_applied(self, offset: int) -> None:
+        """Wait (at most ``kafkastore.timeout.ms``) until ``offset`` is applied here; quietly give up after."""
+        try:
+            await asyncio.wait_for(self._applied(offset), max(self.timeout, 1.0))
+        except asyncio.TimeoutError:
+            log.warning("offset %d of %s not applied here within %.1f s", offset, self.topic, self.timeout)
+
     async def _applied(self, offset: int) -> None:
         if self.applied >= offset:
             return

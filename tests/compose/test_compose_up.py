@@ -187,10 +187,10 @@ def test_compose_up(tmp_path):
     topo = json.loads((REPO / "topology" / "default.json").read_text())
     topo.update(SMALL_WINDOWS)
     topo["load_schedule"] = "none"  # the test triggers the one run it checks (an @once run would come first)
-    base = free_block(11)
+    base = free_block(12)
     topo["published"] = {"live.broker": base, "offline.broker": base + 3, "live.registry": base + 6,
                          "offline.registry": base + 7, "offline.audit": base + 8, "offline.airflow": base + 9,
-                         "offline.prometheus": base + 10}
+                         "offline.prometheus": base + 10, "live.registry2": base + 11}
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     stack_dir = tmp_path / "stack"
     stack_dir.mkdir()
@@ -252,6 +252,14 @@ def test_compose_up(tmp_path):
         got = wait_until(lambda: get_json(f"{offline_registry}/schemas/ids/{schema_id}"), 60, interval=0.5,
                          what="the read-only registry following the primary")
         assert json.loads(got["schema"]) == schema
+        # the second live instance: the same subject's lookup answers there, a write there reaches the leader
+        live_registry2 = f"http://127.0.0.1:{base + 11}"
+        assert requests.get(f"{live_registry2}/schemas/ids/{schema_id}", timeout=30).status_code == 200
+        r2 = requests.post(f"{live_registry2}/subjects/logins-value/versions", timeout=30,
+                           json={"schema": json.dumps({**schema, "name": "Login"})})
+        assert r2.status_code == 200 and r2.json()["id"] == schema_id + 1, r2.text
+        wait_until(lambda: get_json(f"{live_registry}/schemas/ids/{schema_id + 1}"), 30, interval=0.5,
+                   what="the write through the second instance, read on the first")
         refused = requests.post(f"{offline_registry}/subjects/signups-value/versions",
                                 json={"schema": json.dumps(schema)}, timeout=30)
         assert refused.status_code >= 400 and "error_code" in refused.json(), refused.text
@@ -287,7 +295,7 @@ def test_compose_up(tmp_path):
         time.sleep(3 * WINDOW_MS / 1000)
         wait_recovered(audit, 0)
         # Prometheus (published on 127.0.0.1) scrapes every container's /metrics and sees the traffic
-        check_prometheus(f"http://127.0.0.1:{base + 10}", {"broker", "mirror", "counter", "lag", "audit",
+        check_prometheus(f"http://127.0.0.1:{base + 10}", {"broker", "mirror", "counter", "lag", "audit", "registry",
                                                             "loads", "prometheus"})
 
         # the load DAG through Airflow's REST API, the report at every tier

@@ -101,7 +101,7 @@ def test_topology(tmp_path):
         time.sleep(3 * WINDOW_MS / 1000)  # demo traffic for a few windows
         wait_recovered(audit, 0)
         check_prometheus(f"http://127.{net}.2.60:{topo['ports']['prometheus']}",
-                         {"broker", "mirror", "counter", "lag", "audit", "loads", "prometheus"})
+                         {"broker", "mirror", "counter", "lag", "audit", "registry", "loads", "prometheus"})
 
         def numbers() -> dict:  # `logbus status --json`: the numbers per service, from Prometheus
             return {n: s["numbers"] or {} for n, s in statuses().items()}

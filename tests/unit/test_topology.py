@@ -15,7 +15,12 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     offline = {s.kind for s in svcs.values() if s.datacenter == "offline"}
     assert live == {"zookeeper", "broker", "registry", "counter", "frontend", "lag"}
     assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus", "lag"}
-    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 24
+    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 25
+    # two writable registries in live elect their leader; every registry client is given both
+    assert svcs["live-registry2"].host == "127.0.1.21" and "mode=READWRITE" in \
+        svcs["live-registry2"].files["registry.properties"]
+    assert "--schema-registry-url" in svcs["live-frontend1"].argv
+    assert "http://127.0.1.20:8081,http://127.0.1.21:8081" in svcs["live-frontend1"].argv
     # the offline lag exporter leaves out the exactly-once mirror's group (it holds live's offsets)
     assert svcs["offline-lag-exporter"].argv[-2:] == ["--exclude-groups", "mirror-offline"]
     assert "--exclude-groups" not in svcs["live-lag-exporter"].argv
@@ -95,7 +100,7 @@ def test_checked_in_compose_files_match_the_topology():
     assert check() == [], ("run: .venv/bin/logbus compose; .venv/bin/logbus compose --topology topology/secure.json "
                            "--output docker-compose.secure.yml --config-dir docker/config-secure (then commit)")
     text, files = render(load())
-    assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 16
+    assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 17
 
 
 def test_bad_topologies_are_refused(tmp_path):
@@ -117,7 +122,7 @@ def test_compose_publishes_every_host_port_once_and_brokers_have_an_external_lis
     assert published_twice(text) == []
     assert published_twice(text + '    ports: ["127.0.0.1:8081:8081"]\n') == ["127.0.0.1:8081"]
     ports = [line.strip() for line in text.splitlines() if line.strip().startswith("ports:")]
-    assert len(ports) == 11  # six brokers, two registries, the audit service, Airflow, Prometheus
+    assert len(ports) == 12  # six brokers, three registries, the audit service, Airflow, Prometheus
     props = files["offline-broker2/server.properties"]
     assert "listeners=INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092\n" in props
     assert "advertised.listeners=INTERNAL://offline-broker2:9092,EXTERNAL://127.0.0.1:29093\n" in props

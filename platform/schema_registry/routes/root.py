@@ -1,4 +1,4 @@
-"""``/``, ``/status`` (the replay's health) and ``/contexts``."""
+"""``/``, ``/status`` (the replay's health and the leader election) and ``/contexts``."""
 
 from __future__ import annotations
 
@@ -18,10 +18,15 @@ async def root():
 async def status(registry: RegistryDep):
     """Health of the replay of the topic: records applied, and those that could not be (each logged at
     ERROR), so a registry that silently diverged from ``_schemas`` shows it."""
-    store = registry.store
+    store, election = registry.store, registry.election
+    leader = election.leader.url if election is not None and election.leader is not None else None
     return answer({"records_applied_to_offset": getattr(store, "applied", -1),
                    "records_skipped": getattr(store, "skipped", 0),
-                   "last_skipped": getattr(store, "last_skipped", None)})
+                   "last_skipped": getattr(store, "last_skipped", None),
+                   # the leader election among writable instances (None for a read-only instance)
+                   "leader": leader, "is_leader": bool(election is not None and election.is_leader),
+                   "elections": election.elections if election is not None else 0,
+                   "forwarded": election.forwarded if election is not None else 0})
 
 
 @router.get("/contexts")
