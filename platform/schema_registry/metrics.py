@@ -25,6 +25,11 @@ class RequestMetrics:
         self.latency: dict[str, list] = {}  # route -> [bucket counts..., sum, count]
 
     def route_of(self, scope) -> str:
+        """The template of the route that answered (the router leaves it in the scope), else the one that would
+        have (a request refused or forwarded before it reached the router)."""
+        answered = scope.get("route")
+        if answered is not None and hasattr(answered, "path"):
+            return answered.path
         for route in self.routes:
             match, _ = route.matches(scope)
             if match == Match.FULL:

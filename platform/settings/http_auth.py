@@ -207,7 +207,7 @@ class HttpAuth:
             start, body = error_response(403, f"User {who[0]} is not allowed to {scope['method']} {scope['path']}",
                                          self.content_type)
         else:
-            scope = {**scope, "user_principal": who[0]}
+            scope["user_principal"] = who[0]  # in place: what the app adds to the scope (its route) stays visible
             return await self.app(scope, receive, send)
         await send(start)
         await send(body)
