@@ -287,7 +287,12 @@ def describe(g: Groups) -> int:
         held = {tp for *_, parts in members for tp in parts}
         from confluent_kafka.admin import OffsetSpec
 
-        ends = g.offsets(set(committed) | held, OffsetSpec.latest())
+        # a committed offset of a topic this cluster does not have (an exactly-once mirror keeps its source
+        # offsets on the target) has no log end: "-", as Kafka's tool prints it, not an error for the whole group
+        topics = g.topics()
+        present = {tp for tp in set(committed) | held
+                   if tp[0] in topics and not topics[tp[0]].error and tp[1] in topics[tp[0]].partitions}
+        ends = g.offsets(present, OffsetSpec.latest())
         rows = offset_rows(group, members, committed, ends)
         if rows:  # as Kafka: an Empty group without offsets prints only the line above
             print("\n" + table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",

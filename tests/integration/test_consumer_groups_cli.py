@@ -290,3 +290,21 @@ def test_bad_arguments_and_an_unreachable_broker_are_one_line(target):
     line = refused(f"127.0.0.1:{free_port()}", "--list", timeout_ms=2000)
     assert "_TRANSPORT" in line or "_TIMED_OUT" in line
     assert time.monotonic() - started < 15
+
+
+def test_describe_a_group_with_offsets_of_a_topic_the_cluster_lacks(target):
+    """An exactly-once mirror keeps its source offsets on the target cluster, where some source topics (``_schemas``)
+    do not exist: describe shows such a partition with "-" as its log end and lag instead of failing the group."""
+    bootstrap, _ = target
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("vanishing", 1, 1)])["vanishing"].result(30)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "remembers", "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition("events", 0, 3), TopicPartition("vanishing", 0, 0)], asynchronous=False)
+    c.close()
+    admin.delete_topics(["vanishing"])["vanishing"].result(30)
+    wait_until(lambda: "vanishing" not in admin.list_topics(timeout=10).topics, 30, what="the topic deleted")
+    header = "GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID"
+    table = {(r["TOPIC"], r["PARTITION"]): r for r in rows(ok(bootstrap, "--describe", "--group", "remembers"), header)}
+    assert table[("events", "0")]["LAG"] == str(PER_PARTITION - 3)
+    if ("vanishing", "0") in table:  # the broker may have dropped a deleted topic's offsets, as Kafka does
+        assert (table[("vanishing", "0")]["LOG-END-OFFSET"], table[("vanishing", "0")]["LAG"]) == ("-", "-")
