@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from support import mirror_process, wait_until
 
@@ -63,17 +63,38 @@ def committed_copies(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def kill_in_a_transaction(mirror, bootstrap: str, topic: str) -> None:
+def feed(bootstrap: str, topic: str, count: int) -> None:
+    """``count`` more records to the source (the topic exists)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, f"more{i}".encode(), f"m{i}".encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(60) == 0
+
+
+def kill_in_a_transaction(mirror, clusters, topic: str, fed: list[int]) -> None:
     """kill -9 the mirror while a transaction of it is open on the target: some partition's high watermark
-    (read_uncommitted) is past its last stable offset (read_committed)."""
+    (read_uncommitted) is past its last stable offset (read_committed). A mirror that has already copied the
+    backlog (fast on a quiet machine) is fed more records until one is seen open; ``fed[0]`` counts them all."""
+    bootstrap = clusters["offline"]
     committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
     uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 90
+        next_feed = time.monotonic() + 2
+        while True:
             if any(uncommitted.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] >
                    committed.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(3)):
                 break
+            assert time.monotonic() < deadline, "no open transaction of the mirror seen"
+            if time.monotonic() > next_feed:
+                feed(clusters["live"], topic, 20_000)
+                fed[0] += 20_000
+                next_feed = time.monotonic() + 2
         mirror.kill9()
     finally:
         committed.close()
@@ -82,6 +103,7 @@ def kill_in_a_transaction(mirror, bootstrap: str, topic: str) -> None:
 
 def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(clusters):
     produce(clusters["live"], "pv", COUNT)
+    fed = [COUNT]  # records on the source so far
     directory = clusters["dir"] / "mirror"
     mirror = mirror_process(directory, clusters["live"], clusters["offline"], "pv", "--exactly-once",
                             "--num.streams", "2", "--stats-file", str(directory / "stats.json")).start()
@@ -95,14 +117,14 @@ def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(cluste
         print(f"{time.monotonic() - started:6.1f}s: {fraction:.0%} copied")
 
     past(0.25)
-    kill_in_a_transaction(mirror, clusters["offline"], "pv")
+    kill_in_a_transaction(mirror, clusters, "pv", fed)
     mirror.start()
     past(0.45)
     clusters["proxy"].cut()
     time.sleep(8)
     clusters["proxy"].restore()
     past(0.6)
-    kill_in_a_transaction(mirror, clusters["offline"], "pv")
+    kill_in_a_transaction(mirror, clusters, "pv", fed)
     mirror.start()
     past(0.7)
     admin = AdminClient({"bootstrap.servers": clusters["offline"]})
@@ -113,7 +135,7 @@ def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(cluste
 
     def complete():
         try:
-            return sum(len(v) for v in copies(clusters["offline"], "pv", "read_committed").values()) >= COUNT
+            return sum(len(v) for v in copies(clusters["offline"], "pv", "read_committed").values()) >= fed[0]
         except AssertionError:
             return False
 
@@ -123,9 +145,9 @@ def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(cluste
     for p, offsets in committed.items():
         assert offsets == list(range(len(offsets))), f"partition {p}: a duplicate or a gap"
         total += len(offsets)
-    assert total == COUNT
+    assert total == fed[0]
     uncommitted = copies(clusters["offline"], "pv", "read_uncommitted")
-    aborted = sum(len(v) for v in uncommitted.values()) - COUNT
+    aborted = sum(len(v) for v in uncommitted.values()) - fed[0]
     stats = json.loads((directory / "stats.json").read_text())
     print(f"aborted copies seen by read_uncommitted: {aborted}; stats: {stats}")
     assert aborted > 0  # the kills hit open transactions: their copies exist but were never committed
