@@ -34,7 +34,6 @@ import datetime
 import json
 import math
 import os
-import random
 import shutil
 import signal
 import socket
@@ -327,7 +326,7 @@ def healthy_status(state: Path) -> dict | None:
 
 def run_topology(args, out: Path, command: str) -> int:
     from logbus.local import leftovers
-    from topology_checks import check_prometheus
+    from topology_checks import check_prometheus, fresh_loopback
 
     for binary in ("prometheus", "chromium"):
         if shutil.which(binary) is None:
@@ -335,11 +334,7 @@ def run_topology(args, out: Path, command: str) -> int:
             return 2
     version = subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
     topo = json.loads((REPO / "topology" / "default.json").read_text())
-    net = random.randrange(60, 250)
-    topo["datacenters"]["live"]["network"] = f"127.{net}.1"
-    topo["datacenters"]["offline"]["network"] = f"127.{net}.2"
-    topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus")}
+    net = fresh_loopback(topo)
     topo["load_schedule"] = "none"  # no Spark load competing for the cores during the window
     prom = f"http://127.{net}.2.60:{topo['ports']['prometheus']}"
     http = http_session()

@@ -4,10 +4,11 @@ API, and the report at 100% for every closed window at every tier."""
 
 from __future__ import annotations
 
+import random
 import time
 
 import requests
-from support import wait_until
+from support import free_port, wait_until
 
 WINDOW_MS, GRACE_MS = 4000, 4000
 # a topology's settings for a bounded test: 4 s windows, the load DAG only when a test triggers it
@@ -63,6 +64,17 @@ def trigger_dag(airflow: str, token: str) -> str:
 def dag_run_state(airflow: str, token: str, run_id: str) -> str:
     return requests.get(f"{airflow}/api/v2/dags/logbus_load/dagRuns/{run_id}",
                         headers={"Authorization": f"Bearer {token}"}, timeout=30).json()["state"]
+
+
+def fresh_loopback(topo: dict) -> int:
+    """Move a copy of a topology onto loopback networks of its own, 127.N.1 (live) and 127.N.2 (offline), with
+    free ports; returns N."""
+    net = random.randrange(60, 250)
+    for dc, octet in (("live", 1), ("offline", 2)):
+        topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
+    topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
+                                                                    "airflow", "metrics", "prometheus")}
+    return net
 
 
 def run_dag(airflow: str, token: str, timeout: float = 400) -> int:

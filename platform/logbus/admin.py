@@ -31,11 +31,11 @@ def _admin(bootstrap: str, command_config: str | None = None, **conf):
                         **conf})
 
 
-def _result(future, what: str):
+def _result(future, what: str, timeout: float = 30):
     from confluent_kafka import KafkaException
 
     try:
-        return future.result(30)
+        return future.result(timeout)
     except KafkaException as exc:
         err = exc.args[0]
         raise AdminError(f"{what}: {err.name()}: {err.str()}") from None

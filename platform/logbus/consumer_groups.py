@@ -20,7 +20,7 @@ import logging
 import re
 import sys
 
-from logbus.admin import AdminError
+from logbus.admin import AdminError, _result
 
 MISSING = "-"
 RESETS = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime")
@@ -172,13 +172,7 @@ def _admin(args):
 
 
 def _wait(future, what: str, timeout_s: float):
-    from confluent_kafka import KafkaException
-
-    try:
-        return future.result(timeout_s + 5)
-    except KafkaException as exc:
-        err = exc.args[0]
-        raise AdminError(f"{what}: {err.name()}: {err.str()}") from None
+    return _result(future, what, timeout_s + 5)
 
 
 class Groups:

@@ -78,6 +78,7 @@ class LeaderElection:
         self.session_timeout_ms, self.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         self.on_elected = on_elected
         self.leader: Identity | None = None
+        self._last_leader: Identity | None = None  # kept across a rebalance (the assignment keeps it leading)
         self.is_leader = False
         self.generation = -1
         self.member_id = ""
@@ -176,7 +177,7 @@ class LeaderElection:
         assignments = []
         if response.leader_id == response.member_id:  # this member assigns, for the whole group
             members = {m[0]: Identity.decode(m[-1]) for m in response.members}
-            plan = json.dumps(assign(members, self.leader or self._last_leader)).encode()
+            plan = json.dumps(assign(members, self._last_leader)).encode()
             assignments = [(mid, plan) for mid in members]
         synced = await self._send(SyncGroupRequest(self.group, self.generation, self.member_id, None, assignments))
         self._check(synced.error_code)
@@ -193,8 +194,6 @@ class LeaderElection:
             await self.on_elected(self.is_leader)
         if self.leader is not None:
             self._known.set()
-
-    _last_leader: Identity | None = None
 
     def _step_down(self) -> None:
         self.is_leader = False

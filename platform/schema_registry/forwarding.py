@@ -14,12 +14,11 @@ leader's answer is relayed unchanged. Reads (GETs, lookups, compatibility checks
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 
 from schema_registry.config import operation
-from schema_registry.negotiation import V1
+from schema_registry.negotiation import V1, refuse
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +44,17 @@ class Forwarding:
         if self.election.is_leader:  # elected meanwhile
             return await self.app(scope, receive, self._with_offset(send))
         if leader is None:
-            return await respond(send, 500, UNKNOWN_LEADER, "Unknown leader")
+            return await refuse(send, 500, "Unknown leader", UNKNOWN_LEADER)
         body = await read_body(receive, self.max_request_bytes)
         if body is None:
-            return await respond(send, 413, 413, f"Request body larger than max.request.bytes "
-                                                 f"({self.max_request_bytes})")
+            return await refuse(send, 413, f"Request body larger than max.request.bytes ({self.max_request_bytes})")
         try:
             answer = await self._forward(leader.url, scope, body)
         except Exception as exc:  # noqa: BLE001 (any failure to reach the leader is the caller's 50003)
             log.warning("forwarding %s %s to the leader %s failed: %s", scope["method"], scope["path"], leader.url,
                         exc)
-            return await respond(send, 500, FORWARDING_FAILED,
-                                 f"Error while forwarding the request to the leader: {type(exc).__name__}")
+            return await refuse(send, 500, f"Error while forwarding the request to the leader: {type(exc).__name__}",
+                                FORWARDING_FAILED)
         self.election.forwarded += 1
         applied = answer.headers.get(OFFSET_HEADER.decode())
         if applied is not None and answer.status_code < 300:
@@ -104,10 +102,3 @@ async def read_body(receive, limit: int) -> bytes | None:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-async def respond(send, status: int, code: int, message: str) -> None:
-    body = json.dumps({"error_code": code, "message": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", V1.encode()), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})

@@ -49,8 +49,9 @@ class Negotiation:
         await self.app(scope, receive, typed)
 
 
-async def refuse(send, status: int, message: str) -> None:
-    body = json.dumps({"error_code": status, "message": message}).encode()
+async def refuse(send, status: int, message: str, code: int | None = None) -> None:
+    """An error answer in Confluent's shape; ``code`` defaults to the status."""
+    body = json.dumps({"error_code": code or status, "message": message}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", V1.encode()), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import time
 from pathlib import Path
@@ -22,8 +21,8 @@ import pytest
 import requests
 from chaos import logbus
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from support import REPO, free_port, wait_until
-from topology_checks import SMALL_WINDOWS, airflow_token, check_complete, run_dag, wait_recovered
+from support import REPO, wait_until
+from topology_checks import SMALL_WINDOWS, airflow_token, check_complete, fresh_loopback, run_dag, wait_recovered
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -42,12 +41,9 @@ def test_secure_topology(tmp_path):
     from logbus.local import leftovers
 
     topo = json.loads((REPO / "topology" / "secure.json").read_text())
-    net = random.randrange(60, 250)
-    for dc, octet in (("live", 1), ("offline", 2)):
-        topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
+    net = fresh_loopback(topo)
+    for dc in ("live", "offline"):
         topo["datacenters"][dc]["zookeeper"] = 1
-    topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus")}
     topo.update(SMALL_WINDOWS)
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     state = tmp_path / "state"

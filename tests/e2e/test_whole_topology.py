@@ -27,8 +27,8 @@ import requests
 from chaos import KINDS, Chaos, logbus
 from support import REPO, Ledger, free_port, wait_until
 from tcp_proxy import TcpProxy
-from topology_checks import (SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, check_prometheus, run_dag,
-                             wait_recovered)
+from topology_checks import (SMALL_WINDOWS, WINDOW_MS, airflow_token, check_complete, check_prometheus,
+                             fresh_loopback, run_dag, wait_recovered)
 
 ROUNDS = int(os.environ.get("LOGBUS_CHAOS_ROUNDS", "2"))
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(1200 + 900 * ROUNDS)]
@@ -44,11 +44,7 @@ def test_topology(tmp_path):
     from logbus.local import leftovers, zookeeper_mode
 
     topo = json.loads((REPO / "topology" / "default.json").read_text())
-    net = random.randrange(60, 250)
-    topo["datacenters"]["live"]["network"] = f"127.{net}.1"
-    topo["datacenters"]["offline"]["network"] = f"127.{net}.2"
-    topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus")}
+    net = fresh_loopback(topo)
     topo.update(SMALL_WINDOWS)
     wan_port = free_port(f"127.{net}.1.1")  # the WAN: the mirror reaches live's brokers through proxies
     topo["datacenters"]["live"]["wan_network"] = f"127.{net}.3"

@@ -94,10 +94,13 @@ class FileOffsetStore:
     async def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         async with self._lock:  # the fsync runs off the event loop; commits are written in order
             merged = {**self.offsets.get(group, {}), **offsets}
-            snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()]
-                        for g, e in {**self.offsets, group: merged}.items()}
-            await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
+            await self._write({**self.offsets, group: merged})
             self.offsets[group] = merged
+
+    async def _write(self, offsets: dict) -> None:
+        """The whole file replaced with ``offsets`` (off the event loop); OSError leaves the old one."""
+        snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()] for g, e in offsets.items()}
+        await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
 
     async def groups(self) -> list[str]:
         """Groups with committed offsets."""
@@ -108,9 +111,7 @@ class FileOffsetStore:
         async with self._lock:
             if group not in self.offsets:
                 return
-            snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()]
-                        for g, e in self.offsets.items() if g != group}
-            await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
+            await self._write({g: e for g, e in self.offsets.items() if g != group})
             del self.offsets[group]
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
