@@ -24,8 +24,8 @@ How it runs:
    CPU time of every service's process tree.
 4. A step is **carried** when (a) every audit window of the step (a window belongs to the step its end falls in)
    was seen 100% at the ``live`` and ``offline`` tiers no later than its end + grace (seen at a sample: up to
-   ``--sample-seconds`` late), (b) the mirror's lag did not grow over the step (least-squares slope over the step
-   below 2% of the offered rate, or the lag at the end under 1 s of traffic), and (c) the producers sent at least
+   ``--sample-seconds`` late), (b) the mirror's lag did not keep growing (its least-squares slope over the
+   step's second half below 2% of the offered rate, or the lag at the end under 1 s of traffic), and (c) the producers sent at least
    95% of the offered records. The ladder stops after the first step that is not carried (the producers stop, the
    pipeline drains). The result is the highest carried rate; the **bottleneck** is the first stage, in pipeline
    order, whose rate during the first failed step falls below 95% of the offered rate, whose lag grows, or whose
@@ -39,7 +39,8 @@ How it runs:
 
 Writes ``<out>/pipeline_benchmark.{md,json,png}``.
 
-Usage: .venv/bin/python bench/pipeline_benchmark.py [--rates 1000,2000,5000,10000,20000,40000] [--step-seconds 40]
+Usage: .venv/bin/python bench/pipeline_benchmark.py [--rates 1000,2000,5000,10000,14000,20000,28000,40000,56000,80000]
+                                                    [--step-seconds 30]
                                                     [--producers 2] [--window-ms 5000] [--grace-ms 10000]
                                                     [--no-warehouse] [--out bench/results]
        .venv/bin/python bench/pipeline_benchmark.py --md-only      (the .md and .png again from the .json)
@@ -174,21 +175,22 @@ def http_session():
     return http
 
 
-def prom_values(http, url: str, name: str, **labels) -> float | None:
-    """The sum of the samples of metric ``name`` (labels matching) on a /metrics page; None if unreachable or
-    absent."""
+def prom_values(http, urls: list[str], name: str, **labels) -> float | None:
+    """The sum of the samples of metric ``name`` (labels matching) on the /metrics pages ``urls``; None if one is
+    unreachable or none has it."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    try:
-        text = http.get(url, timeout=3).text
-    except Exception:
-        return None
     total, seen = 0.0, False
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-                seen = True
+    for url in urls:
+        try:
+            text = http.get(url, timeout=3).text
+        except Exception:
+            return None
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+                    seen = True
     return total if seen else None
 
 
@@ -245,11 +247,17 @@ class ServiceCpu:
 
 class Sampler:
     def __init__(self, topo: dict, net: int, state: Path, workers_dir: Path, start_ms: int):
-        metrics = topo["ports"]["metrics"]
+        from logbus.status_numbers import metrics_address
+        from logbus.topology import services
+
         self.http = http_session()
-        self.urls = {"mirror": f"http://127.{net}.2.30:{metrics}/metrics",
-                     "live_counter": f"http://127.{net}.1.31:{metrics}/metrics",
-                     "offline_counter": f"http://127.{net}.2.31:{metrics}/metrics"}
+        # each stage's /metrics, from the topology's own services (every mirror service, each datacenter's counter)
+        svcs = services(topo, "local", state)
+        self.urls = {"mirror": [f"http://{metrics_address(s)}/metrics" for s in svcs
+                                if s.kind == "mirror" and metrics_address(s)]}
+        for dc in TIERS:
+            self.urls[f"{dc}_counter"] = [f"http://{metrics_address(s)}/metrics" for s in svcs
+                                          if s.kind == "counter" and s.datacenter == dc and metrics_address(s)]
         port = topo["ports"]["broker"]
         self.watermarks = {dc: Watermarks(",".join(f"127.{net}.{o}.{i}:{port}" for i in (1, 2, 3)))
                            for dc, o in (("live", 1), ("offline", 2))}
@@ -303,6 +311,10 @@ class Sampler:
                                                "logbus_audit_counter_records_total", topic=TOPIC)
         row["audit_rows"] = self.audit_rows(now)
         row["cpu"] = self.cpu.sample()
+        import psutil
+
+        t = psutil.cpu_times()  # the whole machine's, other users' work included
+        row["machine_busy_s"] = round(t.user + t.nice + t.system + t.irq + t.softirq + t.steal, 2)
         return row
 
     def close(self) -> None:
@@ -353,10 +365,19 @@ def cpu_cores(samples: list[dict], t0: float, t1: float) -> dict[str, float]:
     return dict(sorted(busy.items(), key=lambda kv: -kv[1]))
 
 
+def machine_cores(samples: list[dict], t0: float, t1: float) -> float | None:
+    """Cores busy on the whole machine between t0 and t1 (every process, not only this run's)."""
+    inside = [s for s in samples if t0 <= s["t"] <= t1 and s.get("machine_busy_s") is not None]
+    if len(inside) < 2:
+        return None
+    return round((inside[-1]["machine_busy_s"] - inside[0]["machine_busy_s"]) / (inside[-1]["t"] - inside[0]["t"]), 2)
+
+
 def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) -> dict:
     s0, s1, rate = step["start"], step["end"], step["rate"]
     out = {"name": step["name"], "rate": rate, "start": s0, "end": s1}
     out["cpu_cores"] = cpu_cores(samples, s0 + SETTLE_S, s1)
+    out["machine_cores"] = machine_cores(samples, s0 + SETTLE_S, s1)
     out["rates"] = {stage: rate_between(samples, stage, s0 + SETTLE_S, s1) for stage, _ in STAGES}
     sent = [s["producers"] for s in samples if s0 <= s["t"] <= s1]
     out["producer_sent_share"] = (round(out["rates"]["producers"] / rate, 3)
@@ -372,8 +393,10 @@ def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) ->
     out["mirror_lag_max"] = max((v for _, v in lag), default=None)
     out["mirror_lag_end"] = lag[-1][1] if lag else None
     out["mirror_lag_slope_per_s"] = slope(lag)
-    out["lag_grows"] = bool(out["mirror_lag_slope_per_s"] is not None and rate
-                            and out["mirror_lag_slope_per_s"] > LAG_SLOPE_SHARE * rate
+    # still growing at the end: a higher rate's steady lag is higher, so the step's start is a transient
+    out["mirror_lag_slope_second_half_per_s"] = slope([(t, v) for t, v in lag if t >= (s0 + s1) / 2])
+    out["lag_grows"] = bool(out["mirror_lag_slope_second_half_per_s"] is not None and rate
+                            and out["mirror_lag_slope_second_half_per_s"] > LAG_SLOPE_SHARE * rate
                             and (out["mirror_lag_end"] or 0) > rate)
     mine = [w for w in windows.values() if s0 * 1000 < w["end"] <= s1 * 1000]
     per_tier = {}
@@ -396,15 +419,30 @@ def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) ->
             reasons.append(f"{per_tier[t]['late']} of {per_tier[t]['windows']} windows not 100% at {t} within the "
                            f"grace period")
     if out["lag_grows"]:
-        reasons.append(f"the mirror's lag grew ({out['mirror_lag_slope_per_s']:,.0f} records/s)")
+        reasons.append(f"the mirror's lag kept growing ({out['mirror_lag_slope_second_half_per_s']:,.0f} records/s "
+                       f"over the step's second half, to {out['mirror_lag_end']:,.0f})")
     if (out["producer_sent_share"] or 0) < RATE_TOLERANCE:
         reasons.append(f"the producers sent {100 * (out['producer_sent_share'] or 0):.0f}% of the offered rate")
     out["why_not"] = reasons
     return out
 
 
+SERVICES = {"producers": ("bench producers",), "live": ("live-broker",), "live_counter": ("live-audit-counter",),
+            "mirror": ("offline-mirror",), "offline": ("offline-broker",), "offline_counter": ("offline-audit-counter",)}
+
+
 def bottleneck(step: dict) -> dict:
-    """The first stage, in pipeline order, that fell behind in a step that was not carried."""
+    """The first stage, in pipeline order, that fell behind in a step that was not carried, with the CPU its
+    processes used then (a stage well below a core per process waits on something, it is not CPU-bound)."""
+    found = _bottleneck(step)
+    if found["stage"]:
+        cpu = {n: v for n, v in step.get("cpu_cores", {}).items() if n.startswith(SERVICES[found["stage"]])}
+        found["cpu_cores"] = cpu
+    found["machine_cores_busy"] = round(sum(step.get("cpu_cores", {}).values()), 2)
+    return found
+
+
+def _bottleneck(step: dict) -> dict:
     rate = step["rate"]
     prev = rate
     for stage, label in STAGES:
@@ -417,8 +455,9 @@ def bottleneck(step: dict) -> dict:
             return {"stage": stage, "label": label, "why": f"{step['tiers']['live']['late']} windows late at the "
                     f"live tier; counted {r or 0:,.0f}/s of {rate:,}/s"}
         if stage == "mirror" and step["lag_grows"]:
-            return {"stage": stage, "label": label, "why": f"lag grew {step['mirror_lag_slope_per_s']:,.0f}/s to "
-                    f"{step['mirror_lag_end']:,.0f} records; copied {r or 0:,.0f}/s of {rate:,}/s"}
+            return {"stage": stage, "label": label, "why": f"its lag kept growing "
+                    f"({step['mirror_lag_slope_second_half_per_s']:,.0f} records/s over the step's second half, to "
+                    f"{step['mirror_lag_end']:,.0f} records); copied {r or 0:,.0f}/s of {rate:,}/s"}
         if r is not None and r < RATE_TOLERANCE * rate:
             return {"stage": stage, "label": label, "why": f"{r:,.0f}/s of {rate:,}/s offered "
                     f"(the stage before: {prev:,.0f}/s)"}
@@ -660,7 +699,7 @@ def table(results: dict) -> str:
              f"{st['sample_seconds']:g} s. Machine: {st['cpus']} cores, shared (load average at the start "
              f"{', '.join(f'{x:.2f}' for x in st['loadavg_at_start'])}).", "",
              "A step is carried when every audit window ending in it was seen 100% at the live and offline tiers "
-             "within its end + grace, the mirror's lag did not grow, and the producers sent ≥ 95% of the offered "
+             "within its end + grace, the mirror's lag did not keep growing (second half of the step), and the producers sent ≥ 95% of the offered "
              f"records. Rates are each stage's mean over the step without its first {SETTLE_S:g} s.", ""]
     hc = results.get("highest_carried")
     b = results.get("bottleneck") or {}
@@ -668,7 +707,10 @@ def table(results: dict) -> str:
               + (" (no step was carried)" if hc is None else "")
               + (f"; first step not carried: {results['first_failed']}." if results.get("first_failed")
                  else "; the ladder's top was carried, so the pipeline's limit is above it (not established)."), "",
-              f"**Bottleneck**: {b.get('label')} — {b.get('why')}.", ""]
+              f"**Bottleneck**: {b.get('label')} — {b.get('why')}."
+              + (f" Its processes used {', '.join(f'{n} {v:g}' for n, v in b['cpu_cores'].items())} cores then; "
+                 f"the topology and the producers together {b['machine_cores_busy']:g} of the machine's "
+                 f"{st['cpus']}." if b.get("cpu_cores") else ""), ""]
     head = ["offered msg/s"] + [label.split(" (")[0] for _, label in STAGES] + [
         "mirror lag max / end", "live windows late / all (max delay s)", "offline windows late / all (max delay s)",
         "carried"]
@@ -687,11 +729,12 @@ def table(results: dict) -> str:
     if steps:
         lines += [f"Where the CPU went per step (cores: 1.0 = one core busy; the machine has {st['cpus']}; each "
                   "service's process tree, the busiest eight, and everything together):", "",
-                  "| offered msg/s | busiest | all services + producers |", "|---|---|---|"]
+                  "| offered msg/s | busiest | all services + producers | whole machine (everyone's processes) |",
+                  "|---|---|---|---|"]
         for s in steps:
             top = list(s.get("cpu_cores", {}).items())
             lines.append(f"| {s['rate']:,} | " + ", ".join(f"{n} {v:g}" for n, v in top[:8])
-                         + f" | {sum(v for _, v in top):.2f} |")
+                         + f" | {sum(v for _, v in top):.2f} | {fmt(s.get('machine_cores'), '{:.2f}')} |")
         lines.append("")
     d = results.get("drain") or {}
     lines += [f"After the producers stopped: the pipeline drained (every window 100% at live and offline, counters "
@@ -812,9 +855,9 @@ def write(results: dict, out: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="1000,2000,5000,10000,20000,40000",
+    parser.add_argument("--rates", default="1000,2000,5000,10000,14000,20000,28000,40000,56000,80000",
                         help="offered rates (msg/s), one step each")
-    parser.add_argument("--step-seconds", type=float, default=40)
+    parser.add_argument("--step-seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=15, help="seconds at the first rate, not judged")
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--window-ms", type=int, default=5000)
