@@ -13,6 +13,8 @@ import io
 import json
 import struct
 
+import numpy as np
+
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -151,6 +153,40 @@ class Decoder:
         except Exception as exc:
             return None, schema_id, f"undecodable with schema id {schema_id}: {type(exc).__name__}"
         return ({"value": record} if self.wrap else record), schema_id, None
+
+    def record_batches(self, chunks, topic: str, partition: int, arrow_schema):
+        """Like :meth:`batches`, from :class:`~spark_jobs.columnar.Records` chunks (the raw fetch path): a chunk
+        whose values are all of the reader's own schema is decoded column-wise by :mod:`spark_jobs.avro_bulk`,
+        any other chunk record by record (a quarantined record sends its whole chunk this way)."""
+        import pyarrow as pa
+
+        from spark_jobs import avro_bulk, columnar
+
+        fields = avro_bulk.plan(self.reader_json) if not self.wrap and not self.json_columns else None
+        record_fields = [f for f in arrow_schema if not f.name.startswith("_")]
+        for r in chunks:
+            if not len(r):
+                continue
+            ids = avro_bulk.schema_ids(r) if fields is not None else None
+            columns = None
+            if ids is not None and (ids == ids[0]).all() and self.writer(int(ids[0])) is not None \
+                    and self.same_as_reader.get(int(ids[0])):
+                columns = avro_bulk.decode(r, fields, record_fields)
+            if columns is None:
+                yield from self.batches([columnar.raw_batch(r, topic, partition, columnar.raw_schema())],
+                                        arrow_schema)
+                continue
+            n = len(r)
+            columns.update(avro_bulk.audit_columns(r))
+            columns.update(
+                _partition=pa.array(np.full(n, partition, dtype=np.int32)), _offset=pa.array(r.offset),
+                _timestamp=pa.array(r.timestamp * 1000, type=pa.timestamp("us", tz="UTC")),
+                _key=columnar.binary_array(r.buf, r.key_pos, r.key_len),
+                _schema_id=pa.array(ids.astype(np.int32)), _error=pa.nulls(n, pa.string()),
+                _value=pa.nulls(n, pa.binary()))
+            arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in arrow_schema]
+            arrays = [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, arrow_schema)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
     def batches(self, batches, arrow_schema):
         """Column-wise: only the values and the headers go through Python; the metadata columns are passed on

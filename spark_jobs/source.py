@@ -7,6 +7,11 @@ Options follow Spark's own Kafka source: ``bootstrap.servers`` (or ``kafka.boots
 (split larger ranges into several Spark partitions, default 1,000,000) and ``includeHeaders`` (default true).
 Any other option starting with ``kafka.`` is passed to the consumer without its prefix.
 
+Two fetch paths: ``fetcher=auto`` (default) reads whole record batches with :mod:`spark_jobs.fetch` and parses
+and decodes them column-wise (:mod:`spark_jobs.columnar`, :mod:`spark_jobs.avro_bulk`) when the client settings
+are PLAINTEXT and nothing else (:func:`spark_jobs.fetch.supports`), else uses librdkafka record by record
+(:func:`read_range`: SSL, SASL, any other ``kafka.`` setting); ``raw`` / ``librdkafka`` force one of them.
+
 Offsets are resolved on the driver in ``partitions()``; ``read()`` only gets its (topic, partition, from,
 until) and the consumer config, so it runs the same on ``local[*]`` and on a cluster's executors. It yields Arrow
 record batches. A range that cannot be read completely (records deleted by retention, a broker that stays away)
@@ -30,6 +35,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from spark_jobs import fetch
 
 EARLIEST, LATEST = -2, -1
 SCHEMA = StructType([
@@ -63,7 +70,7 @@ class Range(InputPartition):
 
 
 OPTION_NAMES = ("bootstrap.servers", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
-                "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix", "valueFormat", "valueSchema",
+                "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix", "fetcher", "valueFormat", "valueSchema",
                 "schema.registry.url", "schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
                 "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location")
 
@@ -178,6 +185,9 @@ class LogbusReader(DataSourceReader):
         except ValueError:
             raise SourceError("maxRecordsPerPartition must be an integer") from None
         self.decode = _decoding(options)
+        self.fetcher = str(options.get("fetcher", "auto")).lower()
+        if self.fetcher not in ("auto", "raw", "librdkafka"):
+            raise SourceError(f"fetcher must be auto, raw or librdkafka, got {self.fetcher!r}")
 
     def partitions(self) -> list[Range]:
         marks = _Watermarks(self.conf)
@@ -194,18 +204,34 @@ class LogbusReader(DataSourceReader):
     def read(self, partition: Range):
         if partition.until <= partition.start:
             return
-        batches = read_range(self.conf, partition.topic, partition.partition, partition.start, partition.until,
-                             self.headers or self.decode is not None)
-        if self.decode is None:
-            yield from batches
-            return
+        raw = self.fetcher == "raw" or (self.fetcher == "auto" and fetch.supports(self.conf))
+        if raw:
+            from spark_jobs import columnar
+
+            chunks = fetch.records(self.conf, partition.topic, partition.partition, partition.start, partition.until)
+            if self.decode is None:
+                schema = columnar.raw_schema()
+                for r in chunks:
+                    if len(r):
+                        yield columnar.raw_batch(r, partition.topic, partition.partition, schema, self.headers)
+                return
+        else:
+            batches = read_range(self.conf, partition.topic, partition.partition, partition.start, partition.until,
+                                 self.headers or self.decode is not None)
+            if self.decode is None:
+                yield from batches
+                return
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from spark_jobs.decode import Decoder, table_schema
 
         registry_url, reader_schema = self.decode
         arrow_schema = to_arrow_schema(table_schema(reader_schema), timezone="UTC")
-        yield from Decoder(registry_url, reader_schema).batches(batches, arrow_schema)
+        decoder = Decoder(registry_url, reader_schema)
+        if raw:
+            yield from decoder.record_batches(chunks, partition.topic, partition.partition, arrow_schema)
+        else:
+            yield from decoder.batches(batches, arrow_schema)
 
 
 def _decoding(options: dict) -> tuple[dict, dict | None] | None:
