@@ -24,9 +24,10 @@ How it runs:
    CPU time of every service's process tree.
 4. A step is **carried** when (a) every audit window of the step (a window belongs to the step its end falls in)
    was seen 100% at the ``live`` and ``offline`` tiers no later than its end + grace (seen at a sample: up to
-   ``--sample-seconds`` late), (b) the mirror's lag did not keep growing (its least-squares slope over the
-   step's second half below 2% of the offered rate, or the lag at the end under 1 s of traffic), and (c) the producers sent at least
-   95% of the offered records. The ladder stops after the first step that is not carried (the producers stop, the
+   ``--sample-seconds`` late), (b) the mirror's lag stayed bounded: it grew by at most one second of the offered
+   traffic from the step's start (after its first 5 s) to its end, and was not still growing at the end (its
+   least-squares slope over the step's second half below 2% of the offered rate, or the lag under 1 s of traffic),
+   and (c) the producers sent at least 95% of the offered records. The ladder stops after the first step that is not carried (the producers stop, the
    pipeline drains). The result is the highest carried rate; the **bottleneck** is the first stage, in pipeline
    order, whose rate during the first failed step falls below 95% of the offered rate, whose lag grows, or whose
    tier's windows were late.
@@ -395,9 +396,13 @@ def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) ->
     out["mirror_lag_slope_per_s"] = slope(lag)
     # still growing at the end: a higher rate's steady lag is higher, so the step's start is a transient
     out["mirror_lag_slope_second_half_per_s"] = slope([(t, v) for t, v in lag if t >= (s0 + s1) / 2])
-    out["lag_grows"] = bool(out["mirror_lag_slope_second_half_per_s"] is not None and rate
-                            and out["mirror_lag_slope_second_half_per_s"] > LAG_SLOPE_SHARE * rate
-                            and (out["mirror_lag_end"] or 0) > rate)
+    out["mirror_lag_start"] = lag[0][1] if lag else None
+    # grew by more than one second of traffic over the step, or still growing at its end
+    out["lag_grew_over_step"] = bool(lag and rate and lag[-1][1] - lag[0][1] > rate)
+    out["lag_still_growing"] = bool(out["mirror_lag_slope_second_half_per_s"] is not None and rate
+                                    and out["mirror_lag_slope_second_half_per_s"] > LAG_SLOPE_SHARE * rate
+                                    and (out["mirror_lag_end"] or 0) > rate)
+    out["lag_grows"] = out["lag_grew_over_step"] or out["lag_still_growing"]
     mine = [w for w in windows.values() if s0 * 1000 < w["end"] <= s1 * 1000]
     per_tier = {}
     for tier in TIERS:
@@ -419,8 +424,9 @@ def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) ->
             reasons.append(f"{per_tier[t]['late']} of {per_tier[t]['windows']} windows not 100% at {t} within the "
                            f"grace period")
     if out["lag_grows"]:
-        reasons.append(f"the mirror's lag kept growing ({out['mirror_lag_slope_second_half_per_s']:,.0f} records/s "
-                       f"over the step's second half, to {out['mirror_lag_end']:,.0f})")
+        reasons.append(f"the mirror's lag grew from {out['mirror_lag_start']:,.0f} to {out['mirror_lag_end']:,.0f} "
+                       f"records ({out['mirror_lag_slope_second_half_per_s'] or 0:,.0f} records/s over the step's "
+                       "second half)")
     if (out["producer_sent_share"] or 0) < RATE_TOLERANCE:
         reasons.append(f"the producers sent {100 * (out['producer_sent_share'] or 0):.0f}% of the offered rate")
     out["why_not"] = reasons
@@ -455,9 +461,10 @@ def _bottleneck(step: dict) -> dict:
             return {"stage": stage, "label": label, "why": f"{step['tiers']['live']['late']} windows late at the "
                     f"live tier; counted {r or 0:,.0f}/s of {rate:,}/s"}
         if stage == "mirror" and step["lag_grows"]:
-            return {"stage": stage, "label": label, "why": f"its lag kept growing "
-                    f"({step['mirror_lag_slope_second_half_per_s']:,.0f} records/s over the step's second half, to "
-                    f"{step['mirror_lag_end']:,.0f} records); copied {r or 0:,.0f}/s of {rate:,}/s"}
+            return {"stage": stage, "label": label, "why": f"its lag grew from {step['mirror_lag_start']:,.0f} to "
+                    f"{step['mirror_lag_end']:,.0f} records over the step "
+                    f"({step['mirror_lag_slope_second_half_per_s'] or 0:,.0f} records/s in its second half); copied "
+                    f"{r or 0:,.0f}/s of {rate:,}/s"}
         if r is not None and r < RATE_TOLERANCE * rate:
             return {"stage": stage, "label": label, "why": f"{r:,.0f}/s of {rate:,}/s offered "
                     f"(the stage before: {prev:,.0f}/s)"}
@@ -470,6 +477,27 @@ def _bottleneck(step: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- warehouse
+def rejudge(results: dict, command: str) -> None:
+    """The steps the run judged, judged again from its samples and windows (the criteria of this file)."""
+    grace = results["settings"]["grace_ms"]
+    planned = results["steps_planned"][1:]
+    ran = [s for s in planned if s["end"] <= (results.get("stopped_at") or s["end"])]
+    steps = []
+    for s in ran:
+        steps.append(judge_step(s, results["samples"], results["windows"], grace))
+        if not steps[-1]["carried"]:
+            break
+    before = [(s["name"], s["carried"]) for s in results.get("steps", [])]
+    results["steps"] = steps
+    results["highest_carried"] = max((s["rate"] for s in steps if s["carried"]), default=None)
+    failed = next((s for s in steps if not s["carried"]), None)
+    results["first_failed"] = failed["name"] if failed else None
+    results["bottleneck"] = bottleneck(failed) if failed else {
+        "stage": None, "label": "not reached", "why": "every step of the ladder was carried: raise --rates"}
+    results.setdefault("rejudged", []).append({"command": command, "at": datetime.datetime.now().isoformat(
+        "T", "seconds"), "judged_during_the_run": before})
+
+
 def measure_warehouse(topo: dict, net: int, state: Path, http, produced: int, timeout: float) -> dict:
     from topology_checks import airflow_token, run_dag
 
@@ -506,6 +534,17 @@ def measure_warehouse(topo: dict, net: int, state: Path, http, produced: int, ti
 
 
 # ---------------------------------------------------------------------------------------------------- the run
+def code_state() -> dict:
+    """The commit the run's code is at and the files under platform/ and spark_jobs/ that differ from it (others may
+    be changing them in this checkout: the run measures the working tree)."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout
+
+    return {"head": git("rev-parse", "--short", "HEAD").strip(),
+            "uncommitted": [line[3:] for line in git("status", "--short", "--", "platform", "spark_jobs").splitlines()
+                            if line.strip()]}
+
+
 def healthy_status(state: Path) -> dict | None:
     out = logbus("status", "--json", "--state-dir", str(state), timeout=120)
     try:
@@ -531,7 +570,8 @@ def run(args, out: Path, command: str) -> int:
                                   "producers": args.producers, "window_ms": args.window_ms,
                                   "grace_ms": args.grace_ms, "sample_seconds": args.sample_seconds,
                                   "topic": TOPIC, "partitions": PARTITIONS, "net": net,
-                                  "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()}}
+                                  "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
+                                  "code": code_state()}}
     tmp = Path(tempfile.mkdtemp(prefix="logbus-pipeline-bench-"))
     state, workers_dir = tmp / "state", tmp / "workers"
     workers_dir.mkdir()
@@ -688,7 +728,12 @@ def table(results: dict) -> str:
     st = results["settings"]
     steps = results.get("steps", [])
     lines = [f"# The whole pipeline's throughput — {results.get('finished', '')}", "",
-             f"Command: `{results['command']}` ({results['outcome']})", "",
+             f"Command: `{results['command']}` ({results['outcome']})", ""]
+    for r in results.get("rejudged", []):
+        lines += [f"Judged again after the run from its samples, with the criteria below: `{r['command']}` ({r['at']}). "
+                  "During the run: " + ", ".join(f"{n} {'carried' if c else 'not carried'}"
+                                                for n, c in r["judged_during_the_run"]) + ".", ""]
+    lines += [
              f"The default topology (`topology/default.json`, {st.get('services', '?')} services, `logbus up` to all "
              f"healthy in {st.get('up_seconds', '?')} s) on loopback networks 127.{st['net']}.1 / 127.{st['net']}.2, "
              f"with audit windows of {st['window_ms'] / 1000:g} s, grace {st['grace_ms'] / 1000:g} s, counters "
@@ -697,9 +742,15 @@ def table(results: dict) -> str:
              f"to `{TOPIC}` ({st['partitions']} partitions, RF 3): a {st['warmup_seconds']:g} s warm-up at "
              f"{st['rates'][0]:,}/s, then each offered rate for {st['step_seconds']:g} s; samples every "
              f"{st['sample_seconds']:g} s. Machine: {st['cpus']} cores, shared (load average at the start "
-             f"{', '.join(f'{x:.2f}' for x in st['loadavg_at_start'])}).", "",
+             f"{', '.join(f'{x:.2f}' for x in st['loadavg_at_start'])}).", ""]
+    code = st.get("code")
+    if code:
+        lines += [f"Code: the working tree at commit {code['head']}"
+                  + (", with uncommitted changes to " + ", ".join(f"`{f}`" for f in code["uncommitted"])
+                     if code["uncommitted"] else ", no uncommitted change under platform/ or spark_jobs/") + ".", ""]
+    lines += [
              "A step is carried when every audit window ending in it was seen 100% at the live and offline tiers "
-             "within its end + grace, the mirror's lag did not keep growing (second half of the step), and the producers sent ≥ 95% of the offered "
+             "within its end + grace, the mirror's lag stayed bounded (it grew by at most one second of the offered traffic over the step, and was not still growing in the step's second half), and the producers sent ≥ 95% of the offered "
              f"records. Rates are each stage's mean over the step without its first {SETTLE_S:g} s.", ""]
     hc = results.get("highest_carried")
     b = results.get("bottleneck") or {}
@@ -869,13 +920,18 @@ def main() -> int:
     parser.add_argument("--load-timeout", type=float, default=400)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--md-only", action="store_true", help="the .md and .png again from the .json")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="judge the steps of the .json's run again from its samples with this file's criteria")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))
     out = Path(args.out)
-    if args.md_only:
-        write(json.loads((out / f"{NAME}.json").read_text()), out)
+    if args.md_only or args.rejudge:
+        results = json.loads((out / f"{NAME}.json").read_text())
+        if args.rejudge:
+            rejudge(results, " ".join([".venv/bin/python bench/pipeline_benchmark.py", *sys.argv[1:]]))
+        write(results, out)
         return 0
     command = " ".join([".venv/bin/python bench/pipeline_benchmark.py", *sys.argv[1:]])
     return run(args, out, command)
