@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -54,6 +55,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: at-least-once,exactly-once")
+    parser.add_argument("--flamegraph", default="", help="py-spy flamegraph of the mirror process during the "
+                        "backlog copy: SVG path with {mode} in it (e.g. bench/results/flamegraph_mirror_{mode}.svg)")
     args = parser.parse_args()
     results: dict = {"command": "python bench/mirror_benchmark.py " + " ".join(sys.argv[1:]),
                      "messages": args.messages, "rate": args.rate, "seconds": args.seconds, "modes": {}}
@@ -133,6 +136,7 @@ def run_mode(args, flags: list[str], exactly_once: bool) -> dict:
             producer = Producer({"bootstrap.servers": live.bootstrap, "linger.ms": 5,
                                  "queue.buffering.max.messages": 1_000_000})
             payload = os.urandom(SIZE)
+            produce_start = time.perf_counter()
             for i in range(args.messages):
                 while True:
                     try:
@@ -141,6 +145,7 @@ def run_mode(args, flags: list[str], exactly_once: bool) -> dict:
                     except BufferError:
                         producer.poll(0.01)
             producer.flush(120)
+            results["producer_msg_s"] = args.messages / (time.perf_counter() - produce_start)
             (work / "c.properties").write_text(f"bootstrap.servers={live.bootstrap}\ngroup.id={GROUP}\n")
             (work / "p.properties").write_text(f"bootstrap.servers={offline.bootstrap}\n")
             start = time.perf_counter()
@@ -148,10 +153,19 @@ def run_mode(args, flags: list[str], exactly_once: bool) -> dict:
                                        "--consumer.config", str(work / "c.properties"), "--producer.config",
                                        str(work / "p.properties"), "--whitelist", "bulk|paced", "--source-name",
                                        "live", *flags], env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+            spy = None
+            if args.flamegraph:  # the backlog copy only: attached now, stopped (SIGINT: it writes the SVG) after
+                spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "250",
+                                        "--pid", str(mirror.pid), "--threads", "--native", "-o",
+                                        args.flamegraph.format(mode="exactly-once" if exactly_once else
+                                                               "at-least-once")])
             offsets_at = offline.bootstrap if exactly_once else live.bootstrap
             wait_until(lambda: committed(offsets_at, "bulk") >= args.messages, 600, interval=0.5,
                        what="bulk mirrored")
             elapsed = time.perf_counter() - start
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             results["throughput_msg_s"] = args.messages / elapsed
             results["throughput_MB_s"] = args.messages * SIZE / elapsed / 1e6
             results["seconds_incl_start"] = elapsed

@@ -488,9 +488,10 @@ def mirror_process(workdir: Path, source: str, target: str, whitelist: str, *ext
     """``logbus mirror`` from ``source`` into ``target`` (consumer group ``mirror-live``, source name ``live``)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    # a killed mirror's streams leave the group after 6 s, not librdkafka's default 45 s
+    # a killed mirror's streams leave the group after 6 s, not librdkafka's default 45 s; a crash makes the next run
+    # copy again at most what one fetch brought (per partition: max.partition.fetch.bytes, 1 MiB by default)
     (workdir / "consumer.properties").write_text(f"bootstrap.servers={source}\ngroup.id=mirror-live\n"
-                                                 "session.timeout.ms=6000\n")
+                                                 "session.timeout.ms=6000\nmax.partition.fetch.bytes=65536\n")
     (workdir / "producer.properties").write_text(f"bootstrap.servers={target}\n")
     return LogbusProcess(workdir, "mirror", [
         "mirror", "--consumer.config", str(workdir / "consumer.properties"), "--producer.config",

@@ -340,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     mirror.add_argument("--exactly-once", action="store_true",
                         help="copy in transactions with the consumed offsets (read_committed readers see no "
                              "duplicates, even across a kill -9 of the mirror)")
+    mirror.add_argument("--copy", choices=("batches", "records"), default="batches",
+                        help="batches (default): move whole record batches over the mirror's own connections "
+                             "(PLAINTEXT clusters; secured ones and --exactly-once use records); records: copy "
+                             "record by record through librdkafka")
     mirror.add_argument("--instance-id", default="0",
                         help="with --exactly-once: part of the transactional ids; a restart with the same id fences "
                              "the previous process (default 0; give each concurrent mirror process its own)")

@@ -42,7 +42,8 @@ def run(args) -> int:
         mirror = Mirror(consumer, producer, args.whitelist, args.blacklist, args.num_streams, args.source_name,
                         args.checkpoint_topic, exactly_once=getattr(args, "exactly_once", False),
                         instance_id=getattr(args, "instance_id", "0"),
-                        transaction_interval_ms=getattr(args, "transaction_interval_ms", 100))
+                        transaction_interval_ms=getattr(args, "transaction_interval_ms", 100),
+                        copy=getattr(args, "copy", "batches"))
     except (ValueError, KafkaException) as exc:  # a bad pattern or client setting: retrying cannot help
         reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
         print(f"logbus: mirror config error: {reason}", file=sys.stderr)

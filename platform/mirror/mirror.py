@@ -77,11 +77,13 @@ class Mirror:
     def __init__(self, consumer_config: dict, producer_config: dict, whitelist: str, blacklist: str | None = None,
                  num_streams: int = 1, source_name: str = "source", checkpoint_topic: str = "_mirror_checkpoints",
                  checkpoint_interval_s: float = 5.0, batch_size: int = 2000, exactly_once: bool = False,
-                 instance_id: str = "0", transaction_interval_ms: int = 100):
+                 instance_id: str = "0", transaction_interval_ms: int = 100, copy: str = "batches"):
         """Raises ValueError (a bad pattern) or KafkaException (a bad client setting): fatal configuration errors.
         ``exactly_once``: copy in transactions with the consumed offsets (:mod:`mirror.exactly_once`), one per
         ``transaction_interval_ms`` at most (MirrorMaker 2's transaction.boundary.interval.ms; 100 ms, Kafka Streams'
-        commit.interval.ms under exactly-once), or sooner when ``batch_size`` records are waiting."""
+        commit.interval.ms under exactly-once), or sooner when ``batch_size`` records are waiting. ``copy``:
+        ``batches`` moves whole record batches (:mod:`mirror.batch_stream`) when both clusters are PLAINTEXT and
+        the copy is at-least-once; otherwise (or ``records``) records go one by one through librdkafka."""
         self.consumer_config = {"group.id": f"logbus-mirror-{source_name}", "auto.offset.reset": "earliest",
                                 "topic.metadata.refresh.interval.ms": 5000, **consumer_config,
                                 "enable.auto.commit": False}
@@ -106,6 +108,11 @@ class Mirror:
         Consumer(self.consumer_config).close()
         self.target = connection(self.producer_config)  # bootstrap + security: the base of the other clients
         self.source = connection(self.consumer_config)
+        if copy not in ("batches", "records"):
+            raise ValueError(f"copy must be batches or records, not {copy!r}")
+        plaintext = all(str(c.get("security.protocol", "plaintext")).lower() == "plaintext"
+                        for c in (self.source, self.target))
+        self.copy_batches = copy == "batches" and plaintext and not exactly_once
         self.target_admin = AdminClient(self.target)
         self.source_admin = AdminClient(self.source)
         self.target_partitions: dict[str, int] = {}
@@ -200,8 +207,11 @@ class Mirror:
         while not self.stop_event.is_set():
             consumer = producer = None
             try:
-                if self.exactly_once:
-                    from mirror.exactly_once import run_stream
+                if self.exactly_once or self.copy_batches:
+                    if self.exactly_once:
+                        from mirror.exactly_once import run_stream
+                    else:
+                        from mirror.batch_stream import run_stream
 
                     run_stream(self, index, backoff)
                     continue

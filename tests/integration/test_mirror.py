@@ -1,6 +1,7 @@
 """The mirror between two clusters (one ZooKeeper, chroots /live and /offline, brokers on 127.0.1.x and
 127.0.2.x): sequences per partition, headers, timestamps, new topics, no loops, kill -9 of the mirror, a WAN cut
-(a TCP proxy the test closes and reopens), offset translation."""
+(a TCP proxy the test closes and reopens), offset translation. The default copy path (whole batches) in all of
+them, the record path (``--copy records``) in the first."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 COUNT = 100_000
 
 
-def MirrorProcess(workdir: Path, source: str, target: str):
-    return mirror_process(workdir, source, target, "pv|clicks|loop", "--stats-file", str(workdir / "stats.json"))
+def MirrorProcess(workdir: Path, source: str, target: str, copy: str = "batches"):
+    return mirror_process(workdir, source, target, "pv|clicks|loop", "--stats-file", str(workdir / "stats.json"),
+                          "--copy", copy)
 
 
 @pytest.fixture
@@ -140,9 +142,11 @@ def check_copy(source: dict[int, list], target: dict[int, list]) -> int:
     return duplicates
 
 
-def test_mirror_copies_every_partition_in_order_and_follows_new_topics(clusters):
+@pytest.mark.parametrize("copy", ["batches", "records"])
+def test_mirror_copies_every_partition_in_order_and_follows_new_topics(clusters, copy):
+    """Both copy paths: whole batches over the mirror's own connections (the default) and librdkafka records."""
     produce(clusters["live"], "pv", COUNT)
-    mirror = MirrorProcess(clusters["dir"] / "mirror", clusters["live"], clusters["offline"]).start()
+    mirror = MirrorProcess(clusters["dir"] / "mirror", clusters["live"], clusters["offline"], copy).start()
     clusters["mirrors"].append(mirror)
     wait_until(lambda: target_count(clusters["offline"], "pv") >= COUNT, 120, interval=1, what="all mirrored")
     assert check_copy(read(clusters["live"], "pv"), read(clusters["offline"], "pv")) == 0

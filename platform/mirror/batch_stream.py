@@ -1,0 +1,342 @@
+"""A mirror stream that moves whole record batches (the default for PLAINTEXT clusters; ``--copy records`` and
+secured clusters use the librdkafka record path of :mod:`mirror.mirror`).
+
+The source group still decides which stream owns which partitions: the stream's librdkafka consumer joins
+``logbus-mirror-<source>``, and its assigned partitions are paused at once, so librdkafka never fetches them; it
+only keeps the membership, answers rebalances and commits offsets. The data moves over the stream's own
+connections (:mod:`mirror.wire`): a Fetch (``read_committed``) to each source leader of the owned partitions,
+the fetched bytes rewritten by :mod:`mirror.batches` (provenance headers, no loops, markers and aborted records
+dropped), and one Produce (``acks=all``) per target leader, one batch per partition, in order. Only once the
+target acknowledged a partition's batches does its source position move, and committed positions are always
+acknowledged ones: at-least-once, as the record path.
+
+A partition keeps its number on the target when the partition counts match; otherwise source partition ``p``
+goes to ``p mod n`` (per-partition order kept). Faults: leadership moves and unreachable brokers on either side
+are retried in place with backoff (the batch is sent again: a duplicate at most, never a gap or a reordering);
+other refusals and corrupt source bytes raise, and the stream restarts from the committed offsets
+(:meth:`mirror.mirror.Mirror._stream`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+
+from broker.protocol.messages import ErrorCode
+from mirror.batches import Provenance, copy_fetched
+from mirror.mirror import source_event
+from mirror.wire import Pool, request_module
+
+log = logging.getLogger(__name__)
+FETCH, FETCH_VERSION = 1, 12
+PRODUCE, PRODUCE_VERSION = 0, 8
+API_TIMEOUT_S = 60
+RETRY = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
+         ErrorCode.request_timed_out, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+         ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error,
+         ErrorCode.network_exception, ErrorCode.not_controller}
+Key = tuple[str, int]
+
+
+class BatchStream:
+    def __init__(self, mirror, index: int, backoff):
+        self.m = mirror
+        self.index = index
+        self.backoff = backoff
+        client_id = f"logbus-mirror-{mirror.source_name}-{index}"
+        self.source = Pool(client_id)
+        self.target = Pool(client_id)
+        self.consumer: Consumer | None = None
+        self.positions: dict[Key, int] = {}  # next source offset to fetch, per owned partition
+        self.uncommitted: dict[Key, int] = {}  # acknowledged on the target, not yet committed on the source
+        self.source_leader: dict[Key, int] = {}
+        self.target_leader: dict[Key, int] = {}
+        self.target_of: dict[Key, int] = {}  # target partition of a source partition
+        self.provenance: dict[Key, Provenance] = {}
+        self.assigned: list[TopicPartition] = []
+        conf = mirror.consumer_config
+        self.reset = str(conf.get("auto.offset.reset", "earliest")).lower()
+        # the consumer's own fetch settings (librdkafka's names); a partition's share of a cycle is also the most
+        # that a crash makes the next run copy again
+        self.partition_fetch_bytes = int(conf.get("max.partition.fetch.bytes", 1 << 20))
+        self.fetch_max_bytes = int(conf.get("fetch.max.bytes", 50 << 20))
+        self.fetch_min_bytes = int(conf.get("fetch.min.bytes", 1))
+        self.fetch_wait_ms = int(conf.get("fetch.wait.max.ms", 100))
+
+    # ---- group membership (librdkafka) ------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
+        self.assigned = list(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit()  # what the target has: the next owner starts after it
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            for table in (self.positions, self.uncommitted, self.source_leader, self.target_of):
+                table.pop(key, None)
+        self.assigned = []
+        consumer.unassign()
+
+    def _start_assigned(self) -> None:
+        """Positions of newly assigned partitions (committed, else auto.offset.reset) and their targets."""
+        fresh = [tp for tp in self.assigned if (tp.topic, tp.partition) not in self.positions
+                 and self.m.wanted(tp.topic)]
+        self.assigned = []
+        if not fresh:
+            return
+        committed = self.consumer.committed(fresh, API_TIMEOUT_S)
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            offset = tp.offset
+            if offset < 0 or tp.offset in (OFFSET_BEGINNING, OFFSET_END):
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                                API_TIMEOUT_S)
+                offset = high if self.reset in ("latest", "largest", "end") else low
+            self.positions[key] = offset
+            self.provenance[key] = Provenance(self.m.source_name, tp.partition)
+            source_count = self.m._source_partitions(self.consumer, tp.topic)
+            target_count = self.m.ensure_target(tp.topic, source_count)  # created now, not on the first record
+            self.target_of[key] = tp.partition if target_count == source_count else tp.partition % target_count
+        log.info("mirror stream %d copies %s", self.index, ", ".join(f"{t}-{p}@{self.positions[(t, p)]}"
+                                                                     for t, p in sorted(self.positions)))
+        self._refresh_source()
+        self._refresh_target()
+
+    # ---- metadata ---------------------------------------------------------------------------------------------
+    def _refresh_source(self) -> None:
+        md = self.consumer.list_topics(timeout=API_TIMEOUT_S)
+        self.source.addresses = {b.id: (b.host, b.port) for b in md.brokers.values()}
+        for topic, partition in self.positions:
+            t = md.topics.get(topic)
+            p = t.partitions.get(partition) if t is not None else None
+            self.source_leader[(topic, partition)] = p.leader if p is not None else -1
+
+    def _refresh_target(self) -> None:
+        md = self.m.target_admin.list_topics(timeout=API_TIMEOUT_S)
+        self.target.addresses = {b.id: (b.host, b.port) for b in md.brokers.values()}
+        self.target_leader = {}
+        for topic in {t for t, _ in self.target_of}:
+            t = md.topics.get(topic)
+            for index, p in (t.partitions.items() if t is not None else ()):
+                self.target_leader[(topic, index)] = p.leader
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        m = self.m
+        self.consumer = m.new_consumer()
+        self.consumer.subscribe([f"^({m.whitelist.pattern})$"], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke)
+        while not m.stop_event.is_set():
+            event = self.consumer.poll(0 if self.positions else 0.1)  # rebalances; paused partitions: no records
+            if event is not None:
+                source_event(event)  # an error event is logged (a fatal one raises); no record comes this way
+            if self.assigned:
+                self._start_assigned()
+            if not self.positions:
+                continue
+            if self._cycle():
+                self.backoff.reset()
+            self._commit()
+
+    def close(self) -> None:
+        try:
+            self._commit()
+        except Exception as exc:  # noqa: BLE001 - closing after a failure
+            log.warning("mirror stream %d: final commit: %s", self.index, exc)
+        self.source.close()
+        self.target.close()
+        if self.consumer is not None:
+            try:
+                self.consumer.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("closing the source consumer: %s", exc)
+
+    def _cycle(self) -> bool:
+        """One fetch from every source leader and the copy of what came back; True if records were copied."""
+        fetched = self._fetch()
+        plan: dict[Key, list] = {}
+        results = {}
+        for key, data in fetched.items():
+            copied = copy_fetched(data.records or b"", self.positions[key],
+                                  [(a.producer_id, a.first_offset) for a in data.aborted_transactions or ()],
+                                  self.provenance[key])
+            stable = data.last_stable_offset if data.last_stable_offset >= 0 else data.high_watermark
+            with self.m.counters.lock:
+                self.m.counters.lag[f"{key[0]}-{key[1]}"] = max(stable - copied.next_offset, 0)
+            if copied.batches:
+                plan[key] = copied.batches
+                results[key] = copied
+            elif copied.next_offset > self.positions[key]:  # only markers, aborted records or copies: consumed
+                self.positions[key] = self.uncommitted[key] = copied.next_offset
+        if not plan:
+            return False
+        targets = self._produce(plan)
+        if targets is None:
+            return False  # stopping before the target acknowledged: nothing moves
+        records = value_bytes = skipped = 0
+        for key, copied in results.items():
+            self.positions[key] = self.uncommitted[key] = copied.next_offset
+            last = copied.batches[-1]
+            self.m.checkpoints.record(key[0], key[1], last.last_source_offset, targets[key])
+            records += copied.records
+            value_bytes += copied.value_bytes
+            skipped += copied.skipped_loops
+        self.m.checkpoints.maybe_flush()
+        with self.m.counters.lock:
+            self.m.counters.records += records
+            self.m.counters.bytes += value_bytes
+            self.m.counters.skipped_loops += skipped
+            self.m.counters.batches += 1
+        return True
+
+    def _fetch(self) -> dict:
+        """{partition: PartitionData} with data or nothing new; errors handled (retried next cycle)."""
+        cls, module = request_module(FETCH, FETCH_VERSION)
+        by_leader: dict[int, dict[str, list]] = {}
+        for key, position in self.positions.items():
+            leader = self.source_leader.get(key, -1)
+            if leader < 0:
+                continue
+            by_leader.setdefault(leader, {}).setdefault(key[0], []).append(module.FetchPartition(
+                partition=key[1], current_leader_epoch=-1, fetch_offset=position, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=self.partition_fetch_bytes))
+        if not by_leader:
+            self._source_trouble(None, "no leader known")
+            return {}
+        sent = []
+        for leader, topics in by_leader.items():
+            request = cls(replica_id=-1, max_wait=datetime.timedelta(milliseconds=self.fetch_wait_ms),
+                          min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes, isolation_level=1, session_id=0, session_epoch=-1,
+                          topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+                          forgotten_topics_data=(), rack_id="")
+            try:
+                self.source.get(leader).send(FETCH, FETCH_VERSION, request)
+                sent.append(leader)
+            except OSError as exc:
+                self._source_trouble(leader, exc)
+        out = {}
+        for leader in sent:
+            try:
+                response = self.source.connections[leader].receive()
+            except (OSError, ConnectionError) as exc:
+                self._source_trouble(leader, exc)
+                continue
+            for topic in response.responses:
+                for p in topic.partitions:
+                    key = (topic.topic, p.partition_index)
+                    if key not in self.positions:
+                        continue
+                    error = ErrorCode(p.error_code)
+                    if error == ErrorCode.none:
+                        out[key] = p
+                    elif error == ErrorCode.offset_out_of_range:
+                        reset = p.high_watermark if self.reset in ("latest", "largest", "end") else p.log_start_offset
+                        log.warning("%s-%d: offset %d out of range; resetting to %d (auto.offset.reset=%s)",
+                                    key[0], key[1], self.positions[key], reset, self.reset)
+                        self.positions[key] = reset
+                    elif error in RETRY:
+                        self._source_trouble(None, f"{key[0]}-{key[1]}: {error.name}")
+                    else:
+                        raise KafkaException(f"fetch of {key[0]}-{key[1]} refused: {error.name}")
+        return out
+
+    def _source_trouble(self, leader: int | None, reason) -> None:
+        log.info("mirror stream %d: source: %s; refreshing metadata", self.index, reason)
+        if leader is not None:
+            self.source.drop(leader)
+        self.m.stop_event.wait(min(self.backoff.next(), 2.0))
+        try:
+            self._refresh_source()
+        except KafkaException as exc:
+            log.warning("mirror stream %d: source metadata: %s", self.index, exc)
+
+    def _produce(self, plan: dict[Key, list]) -> dict[Key, int] | None:
+        """Produce every partition's batches in order (round k: the k-th batch of each partition); returns the
+        target offset of each partition's last record, or None when told to stop first. Retries in place."""
+        cls, module = request_module(PRODUCE, PRODUCE_VERSION)
+        targets: dict[Key, int] = {}
+        rounds = max(len(batches) for batches in plan.values())
+        for k in range(rounds):
+            todo = {key: batches[k] for key, batches in plan.items() if k < len(batches)}
+            encoded = {key: batch.encode() for key, batch in todo.items()}
+            while todo:
+                if self.m.stop_event.is_set():
+                    return None
+                failed = self._produce_round(cls, module, todo, encoded, targets)
+                for key in list(todo):
+                    if key not in failed:
+                        del todo[key]
+                if todo:
+                    delay = self.backoff.next()
+                    log.info("mirror stream %d: target refused %d partition(s) for now (%s); retrying in %.1f s",
+                             self.index, len(todo), next(iter(failed.values())), delay)
+                    self.m.stop_event.wait(delay)
+                    try:
+                        self._refresh_target()
+                    except KafkaException as exc:
+                        log.warning("mirror stream %d: target metadata: %s", self.index, exc)
+        return targets
+
+    def _produce_round(self, cls, module, todo: dict, encoded: dict, targets: dict) -> dict[Key, str]:
+        """Send one batch per partition; returns the partitions to retry, with why."""
+        failed: dict[Key, str] = {}
+        by_leader: dict[int, dict[str, list]] = {}
+        for key in todo:
+            target_partition = self.target_of[key]
+            leader = self.target_leader.get((key[0], target_partition), -1)
+            if leader < 0:
+                failed[key] = "no leader"
+                continue
+            by_leader.setdefault(leader, {}).setdefault(key[0], []).append(
+                (key, module.PartitionProduceData(index=target_partition, records=encoded[key])))
+        sent = []
+        for leader, topics in by_leader.items():
+            request = cls(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                          topic_data=tuple(module.TopicProduceData(name=t, partition_data=tuple(d for _, d in ps))
+                                           for t, ps in topics.items()))
+            try:
+                self.target.get(leader).send(PRODUCE, PRODUCE_VERSION, request)
+                sent.append(leader)
+            except (OSError, ConnectionError) as exc:
+                self.target.drop(leader)
+                failed.update({key: str(exc) for ps in topics.values() for key, _ in ps})
+        for leader in sent:
+            topics = by_leader[leader]
+            try:
+                response = self.target.connections[leader].receive()
+            except (OSError, ConnectionError) as exc:
+                self.target.drop(leader)
+                failed.update({key: str(exc) for ps in topics.values() for key, _ in ps})
+                continue
+            answers = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
+            for ps in topics.values():
+                for key, data in ps:
+                    answer = answers.get((key[0], data.index))
+                    error = ErrorCode(answer.error_code) if answer is not None else ErrorCode.unknown_server_error
+                    if error == ErrorCode.none:
+                        targets[key] = answer.base_offset + todo[key].count - 1
+                    elif error in RETRY:
+                        failed[key] = error.name
+                    else:
+                        raise KafkaException(f"target refused {todo[key].count} record(s) of {key[0]}-{key[1]}: "
+                                             f"{error.name}")
+        return failed
+
+    def _commit(self) -> None:
+        """Commit the acknowledged positions, after every cycle that moved them (synchronously: librdkafka may hold
+        an asynchronous commit for a while, and a crash meanwhile would copy everything since again). A refused
+        commit keeps them for the next one (:meth:`mirror.mirror.Mirror._commit`)."""
+        if self.uncommitted and self.consumer is not None:
+            self.m._commit(self.consumer, self.uncommitted)
+
+
+def run_stream(mirror, index: int, backoff) -> None:
+    stream = BatchStream(mirror, index, backoff)
+    try:
+        stream.run()
+    finally:
+        stream.close()

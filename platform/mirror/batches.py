@@ -1,0 +1,266 @@
+"""Whole-batch copying (the mirror's fast path): fetched record batches in, target record batches out, without a
+Python object per record. No I/O.
+
+A fetched partition's bytes are magic-2 batches. Control batches (transaction markers) and the batches of aborted
+transactions (``read_committed``: the fetch response lists them) are dropped, as a ``read_committed`` consumer
+drops them. Every other record is re-encoded once, straight from bytes to bytes: its key, value, timestamp and
+own headers are kept; three provenance headers are appended (``logbus.mirror.source`` / ``.partition`` /
+``.offset``, as the record path writes them); a record that already carries ``logbus.mirror.source`` is a
+mirrored copy and is skipped (no loops). Offset deltas are renumbered 0..n-1 (a compacted source has gaps; the
+target assigns its own offsets), so records of several source batches go into one target batch: Produce v3+
+takes exactly one batch per partition. A batch of LogAppendTime source records is copied with their append time
+as the create time (what a consumer saw as the record's timestamp). Compressed source batches are decompressed
+and the target batch is compressed with the same codec.
+
+Cost: one pass over each record's fields (the varint walk of :mod:`broker.protocol.record_reader`) and one
+``bytearray`` append per field group, about 1-2 µs per record instead of the record path's two client objects,
+a callback and a produce call.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import crc32c
+
+from broker.protocol import compression
+from broker.protocol.batch_builder import varint
+from broker.protocol.control import ABORT, CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, read_marker
+from broker.protocol.record_reader import STORED_BATCH_CAP, _varint
+from broker.protocol.records import HEADER_SIZE, InvalidRecord, read_header, whole_batches_length
+
+SOURCE_HEADER, PARTITION_HEADER, OFFSET_HEADER = "logbus.mirror.source", "logbus.mirror.partition", \
+    "logbus.mirror.offset"
+_SOURCE_KEY = SOURCE_HEADER.encode()
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
+_BEFORE_CRC = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, crc
+_ZZ = tuple(varint(i) for i in range(1 << 14))  # zigzag varints of small non-negative numbers (offset deltas)
+_ZIGZAG = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+MAX_BATCH_BYTES = 900_000  # records bytes per target batch: under the default message.max.bytes (1 MiB)
+
+
+def _header(name: str, value: bytes) -> bytes:
+    key = name.encode()
+    return varint(len(key)) + key + varint(len(value)) + value
+
+
+class Provenance:
+    """The provenance headers of one source partition, encoded once."""
+
+    def __init__(self, source_name: str, partition: int):
+        self.constant = _header(SOURCE_HEADER, source_name.encode()) + _header(PARTITION_HEADER,
+                                                                               str(partition).encode())
+        self.offset_key = varint(len(OFFSET_HEADER)) + OFFSET_HEADER.encode()
+
+
+@dataclass
+class TargetBatch:
+    records: bytearray = field(default_factory=bytearray)
+    count: int = 0
+    first_timestamp: int = -1
+    max_timestamp: int = -1
+    codec: int = 0
+    last_source_offset: int = -1  # of the last record in it
+
+    def encode(self) -> bytes:
+        body = bytes(self.records)
+        attributes = 0
+        if self.codec:
+            body = compression.compress(self.codec, body)
+            attributes = self.codec
+        after_crc = _AFTER_CRC.pack(attributes, self.count - 1, self.first_timestamp, self.max_timestamp, -1, -1, -1,
+                                    self.count) + body
+        return _BEFORE_CRC.pack(0, 4 + 1 + 4 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
+
+
+@dataclass
+class Copied:
+    """The target batches made from one fetched partition, and what it consumed."""
+
+    batches: list[TargetBatch]
+    next_offset: int  # the source position after everything examined (fetch from here next)
+    records: int = 0
+    skipped_loops: int = 0
+    value_bytes: int = 0  # keys + values of the copied records
+
+
+def copy_fetched(data, position: int, aborted: list[tuple[int, int]], provenance: Provenance,
+                 max_batch_bytes: int = MAX_BATCH_BYTES) -> Copied:
+    """Rewrite the whole batches of one fetched partition from ``position`` on. ``aborted``: the response's
+    (producer id, first offset) of aborted transactions. Raises InvalidRecord/InvalidBatch for bytes that do not
+    parse (a corrupt source)."""
+    view = memoryview(data)[: whole_batches_length(data)]
+    pending = sorted(aborted, key=lambda a: a[1])
+    active_aborts: set[int] = set()
+    out = Copied([], position)
+    current: TargetBatch | None = None
+    pos, total = 0, len(view)
+    while pos < total:
+        header = read_header(view, pos)
+        size = header.size
+        batch = view[pos: pos + size]
+        pos += size
+        if header.next_offset <= position:
+            continue  # wholly before the position (the fetch starts at the batch holding it)
+        out.next_offset = max(out.next_offset, header.next_offset)
+        while pending and pending[0][1] <= header.last_offset:
+            active_aborts.add(pending.pop(0)[0])
+        if header.attributes & CONTROL:
+            if header.producer_id in active_aborts and read_marker(batch)[0] == ABORT:
+                active_aborts.discard(header.producer_id)
+            continue
+        if header.attributes & TRANSACTIONAL and header.producer_id in active_aborts:
+            continue
+        codec = header.compression
+        body = compression.decompress(codec, batch[HEADER_SIZE:], STORED_BATCH_CAP) if codec else batch[HEADER_SIZE:]
+        log_append = bool(header.attributes & TIMESTAMP_TYPE)
+        if current is None or len(current.records) >= max_batch_bytes:
+            current = TargetBatch(codec=codec)
+            out.batches.append(current)
+        current = _rewrite(body, header, position, log_append, provenance, out, current, max_batch_bytes)
+    out.batches = [b for b in out.batches if b.count]
+    return out
+
+
+def _rewrite(body, header, position: int, log_append: bool, provenance: Provenance, out: Copied,
+             current: TargetBatch, max_batch_bytes: int) -> TargetBatch:
+    """Append the records of one source batch to ``current`` (starting new target batches when full)."""
+    zz, zigzag = _ZZ, _ZIGZAG
+    constant, offset_key = provenance.constant, provenance.offset_key
+    base_offset = header.base_offset
+    source_first_ts = header.max_timestamp if log_append else header.base_timestamp
+    if current.count == 0:
+        current.first_timestamp = source_first_ts
+        if current.codec == 0:
+            current.codec = header.compression
+    shift = source_first_ts - current.first_timestamp
+    appended_ts = varint(shift)  # the timestamp delta of every record of a LogAppendTime batch
+    records = current.records
+    count = current.count
+    value_bytes = skipped = copied = 0
+    pos = 0
+    end_of_body = len(body)
+    try:
+        for _ in range(header.record_count):
+            b = body[pos]
+            if b < 0x80:
+                length = zigzag[b]
+                pos += 1
+            else:
+                length, pos = _varint(body, pos, 5)
+            end = pos + length
+            if end > end_of_body or length < 6:
+                raise InvalidRecord("record length does not fit the batch")
+            attributes_at = pos
+            pos += 1
+            b = body[pos]
+            if b < 0x80:
+                ts_delta = zigzag[b]
+                pos += 1
+            else:
+                ts_delta, pos = _varint(body, pos, 10)
+            ts_end = pos
+            b = body[pos]
+            if b < 0x80:
+                offset_delta = zigzag[b]
+                pos += 1
+            else:
+                offset_delta, pos = _varint(body, pos, 5)
+            key_at = pos
+            b = body[pos]
+            if b < 0x80:
+                key_length = zigzag[b]
+                pos += 1
+            else:
+                key_length, pos = _varint(body, pos, 5)
+            if key_length > 0:
+                pos += key_length
+            b = body[pos]
+            if b < 0x80:
+                value_length = zigzag[b]
+                pos += 1
+            elif (c := body[pos + 1]) < 0x80:
+                b = (b & 0x7F) | c << 7
+                value_length = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                value_length, pos = _varint(body, pos, 5)
+            if value_length > 0:
+                pos += value_length
+            headers_at = pos
+            b = body[pos]
+            if b == 0:
+                header_count, own_headers = 0, pos + 1
+            else:
+                header_count, own_headers = _varint(body, pos, 5)
+            if pos >= end:
+                raise InvalidRecord("record fields run past its length")
+            offset = base_offset + offset_delta
+            if offset < position:
+                pos = end
+                continue
+            if header_count and _has_source_header(body, own_headers, end, header_count):
+                skipped += 1
+                pos = end
+                continue
+            if len(records) >= max_batch_bytes:
+                current.count = count
+                out.records += copied
+                current = TargetBatch(codec=current.codec, first_timestamp=source_first_ts)
+                out.batches.append(current)
+                records, count, shift, copied, appended_ts = current.records, 0, 0, 0, b"\x00"
+            offset_text = str(offset).encode()
+            delta = zz[count] if count < 16384 else varint(count)
+            if log_append:
+                timestamp = appended_ts
+            elif shift:
+                timestamp = varint(ts_delta + shift)
+            else:
+                timestamp = None
+            inner = (1 + (len(timestamp) if timestamp is not None else ts_end - attributes_at - 1) + len(delta)
+                     + headers_at - key_at + (1 if header_count < 61 else len(varint(header_count + 3)))
+                     + end - own_headers + len(constant) + len(offset_key) + 1 + len(offset_text))
+            records += zz[inner] if inner < 16384 else varint(inner)
+            if timestamp is None:
+                records += body[attributes_at:ts_end]
+            else:
+                records += body[attributes_at:attributes_at + 1]
+                records += timestamp
+            records += delta
+            records += body[key_at:headers_at]
+            records += zz[header_count + 3] if header_count < 16381 else varint(header_count + 3)
+            records += body[own_headers:end]
+            records += constant
+            records += offset_key
+            records += zz[len(offset_text)]
+            records += offset_text
+            count += 1
+            copied += 1
+            value_bytes += max(key_length, 0) + max(value_length, 0)
+            current.last_source_offset = offset
+            pos = end
+    except IndexError:
+        raise InvalidRecord("fewer records than the batch declares") from None
+    current.count = count
+    ts = header.max_timestamp
+    if ts > current.max_timestamp:
+        current.max_timestamp = ts
+    out.records += copied
+    out.skipped_loops += skipped
+    out.value_bytes += value_bytes
+    return current
+
+
+def _has_source_header(body, pos: int, end: int, count: int) -> bool:
+    for _ in range(count):
+        key_length, pos = _varint(body, pos, 5)
+        if key_length < 0 or pos + key_length > end:
+            raise InvalidRecord("header key runs past the record")
+        if body[pos: pos + key_length] == _SOURCE_KEY:
+            return True
+        pos += key_length
+        value_length, pos = _varint(body, pos, 5)
+        if value_length > 0:
+            pos += value_length
+    return False

@@ -1,0 +1,96 @@
+"""Blocking Kafka connections for the mirror's whole-batch path: one socket per broker, requests encoded and
+responses decoded with the broker's own codec (:mod:`broker.protocol.codec`, kio). PLAINTEXT only: the mirror
+uses the record path (librdkafka) for secured clusters.
+
+Several requests may be outstanding on different connections at once (send to every leader, then receive from
+each), which is how one stream fetches from, or produces to, several brokers in parallel.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from broker.protocol import codec
+
+_SIZE = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 256 << 20
+
+
+class Connection:
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0):
+        """Raises OSError when the broker cannot be reached."""
+        self.address = f"{host}:{port}"
+        self.client_id = client_id
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.correlation = 0
+        self.pending: list[tuple[int, int, int]] = []  # (api key, version, correlation) sent, not yet received
+
+    def send(self, api_key: int, version: int, body) -> None:
+        self.correlation += 1
+        self.sock.sendall(codec.encode_request(api_key, version, self.correlation, self.client_id, body))
+        self.pending.append((api_key, version, self.correlation))
+
+    def receive(self):
+        """The decoded response to the oldest request sent. Raises OSError / ConnectionError."""
+        api_key, version, correlation = self.pending.pop(0)
+        size = _SIZE.unpack(self._read(4))[0]
+        if not 0 < size <= MAX_RESPONSE_BYTES:
+            raise ConnectionError(f"{self.address}: response of {size} bytes")
+        got, response = codec.decode_response(api_key, version, self._read(size))
+        if got != correlation:
+            raise ConnectionError(f"{self.address}: correlation id {got}, expected {correlation}")
+        return response
+
+    def call(self, api_key: int, version: int, body):
+        self.send(api_key, version, body)
+        return self.receive()
+
+    def _read(self, n: int) -> memoryview:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            read = self.sock.recv_into(view[got:], n - got)
+            if read == 0:
+                raise ConnectionError(f"{self.address}: connection closed by the broker")
+            got += read
+        return memoryview(buf).toreadonly()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Pool:
+    """Connections by broker id, made on first use; addresses from the cluster's metadata."""
+
+    def __init__(self, client_id: str):
+        self.client_id = client_id
+        self.addresses: dict[int, tuple[str, int]] = {}
+        self.connections: dict[int, Connection] = {}
+
+    def get(self, node: int) -> Connection:
+        conn = self.connections.get(node)
+        if conn is None:
+            if node not in self.addresses:
+                raise ConnectionError(f"broker {node} is not in the metadata")
+            conn = self.connections[node] = Connection(*self.addresses[node], self.client_id)
+        return conn
+
+    def drop(self, node: int) -> None:
+        conn = self.connections.pop(node, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for node in list(self.connections):
+            self.drop(node)
+
+
+def request_module(api_key: int, version: int):
+    cls = codec.request_type(api_key, version)
+    return cls, __import__(cls.__module__, fromlist=["x"])
