@@ -1,5 +1,6 @@
 """The hand-written hot-path encoders produce exactly the bytes of kio's generated encoders."""
 
+import datetime
 import io
 
 import pytest
@@ -33,6 +34,24 @@ def test_produce_response_matches_kio(version):
     expected = header + kio_bytes(0, version, body)
     assert ours[4:] == expected
     assert int.from_bytes(ours[:4], "big") == len(ours) - 4
+
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_the_one_partition_produce_response_matches_kio(version):
+    """The hot path's answer (one topic, one partition, no message) is framed from a cached template."""
+    for name, entry in (("t1", (0, 0, 42, 0, None)), ("Ünïcode-topic", (7, 0, 2**40, 3, None)),
+                        ("t1", (1, 6, -1, 5, None)), ("t1", (2, 0, 9, 0, None, 1_700_000_000_000))):
+        ours = produce_response.encode(version, 99, [(name, [entry])])
+        index, error, base, start, _message, *append_time = entry
+        cls = load_response_schema(0, version)
+        part_cls, topic_cls = nested(cls, "PartitionProduceResponse"), nested(cls, "TopicProduceResponse")
+        body = build(cls, throttle_time=0, responses=(build(topic_cls, name=name, partition_responses=(
+            build(part_cls, index=index, error_code=error, base_offset=base,
+                  log_append_time=datetime.datetime.fromtimestamp(append_time[0] / 1000, datetime.timezone.utc)
+                  if append_time else None, log_start_offset=start, record_errors=(), error_message=None),)),))
+        header = (99).to_bytes(4, "big") + (b"\x00" if version >= 9 else b"")
+        assert ours[4:] == header + kio_bytes(0, version, body)
+        assert int.from_bytes(ours[:4], "big") == len(ours) - 4
 
 
 @pytest.mark.parametrize("version", range(4, 13))

@@ -52,6 +52,7 @@ from broker.security import access
 
 KEY = 0
 ACKS_ALL = -1
+_OK = ErrorCode.none.value
 # Validation is CPU work under the GIL: two threads are enough to keep it off the loop, and bound how much of
 # it runs at once however many producers send compressed batches.
 _VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-validation")
@@ -119,7 +120,8 @@ def validate_inline(part: _Partition) -> bool:
         validation.check_records(part.data, part.cap, part.compacted, budget=validation.INLINE_BUDGET,
                                  bounds=part.policy.bounds(part.now))
         part.outcome = summary
-        _conform(part)
+        if part.policy.rewrites:
+            _conform(part)
     except validation.OverBudget:
         part.outcome = summary  # framing checked; the records are still to do
         return False
@@ -190,7 +192,7 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         broker.cluster.partition(part.topic, part.index).maybe_advance_high_watermark()
     broker.notify_append(part.topic, part.index)
     broker.metrics.produced(part.topic, part.outcome.records, len(part.data))
-    part.result[1:] = [ErrorCode.none.value, base, plog.log_start_offset, None]
+    part.result[1:] = [_OK, base, plog.log_start_offset, None]
     if part.policy.log_append_time:
         part.result.append(part.now)  # log_append_time_ms
     return plog.log_end_offset
@@ -210,18 +212,20 @@ async def wait_committed(broker, topic: str, partition: int, offset: int, timeou
 
 
 @handles(KEY, "Produce", 3, 9)
-async def handle(broker, header, request):
+def handle(broker, header, request):
+    """Not a coroutine: a request whose records are checked inline and that waits for no replica (every
+    unbatched and batch-50 request with acks 0/1) is answered without a task switch or a coroutine; the others
+    return a coroutine, which the listener awaits."""
     acks = request.acks
     topics = []
     admitted: list[_Partition] = []
-    txn_id = getattr(request, "transactional_id", None)
+    txn_id = request.transactional_id
     txn_denied = txn_id is not None and not access.allowed(broker, "Write", access.TRANSACTIONAL_ID, txn_id)
     for topic in request.topic_data:
         results = []
         writable = access.allowed(broker, "Write", access.TOPIC, topic.name)
         for pdata in topic.partition_data:
-            part = _Partition([pdata.index, ErrorCode.none.value, -1, -1, None], topic.name, pdata.index,
-                              pdata.records)
+            part = _Partition([pdata.index, 0, -1, -1, None], topic.name, pdata.index, pdata.records)
             results.append(part.result)
             if txn_denied:  # Kafka refuses the whole request
                 part.fail(ErrorCode.transactional_id_authorization_failed)
@@ -234,19 +238,40 @@ async def handle(broker, header, request):
         topics.append((topic.name, results))
     heavy = [part for part in admitted if not validate_inline(part)]
     if heavy:
-        await asyncio.get_running_loop().run_in_executor(_VALIDATORS, _check_records, heavy)
+        return _validate_then_append(broker, header, request, topics, admitted, heavy)
+    return _append_all(broker, header, request, topics, admitted, awaited=False)
+
+
+async def _validate_then_append(broker, header, request, topics, admitted, heavy):
+    await asyncio.get_running_loop().run_in_executor(_VALIDATORS, _check_records, heavy)
+    result = _append_all(broker, header, request, topics, admitted, awaited=True)
+    return await result if asyncio.iscoroutine(result) else result
+
+
+def _append_all(broker, header, request, topics, admitted, awaited: bool):
+    """Append in request order; the response, or a coroutine that waits for the ISR first (acks=all)."""
+    acks = request.acks
     waits = []
     for part in admitted:
-        end = append(broker, part, awaited=bool(heavy))
+        end = append(broker, part, awaited)
         if end >= 0 and acks == ACKS_ALL and broker.cluster is not None:
             waits.append((part.result, part.topic, part.index, end))
     if waits:
-        timeout = max(ms(request.timeout), 0) / 1000
-        outcomes = await asyncio.gather(*(wait_committed(broker, t, p, end, timeout) for _, t, p, end in waits))
-        for (result, _, _, _), outcome in zip(waits, outcomes):
-            if outcome != ErrorCode.none:
-                result[1], result[2] = outcome.value, -1
-                del result[5:]  # no log_append_time_ms
+        return _wait_then_answer(broker, header, request, topics, waits)
+    return _answer(header, acks, topics)
+
+
+async def _wait_then_answer(broker, header, request, topics, waits):
+    timeout = max(ms(request.timeout), 0) / 1000
+    outcomes = await asyncio.gather(*(wait_committed(broker, t, p, end, timeout) for _, t, p, end in waits))
+    for (result, _, _, _), outcome in zip(waits, outcomes):
+        if outcome != ErrorCode.none:
+            result[1], result[2] = outcome.value, -1
+            del result[5:]  # no log_append_time_ms
+    return _answer(header, request.acks, topics)
+
+
+def _answer(header, acks: int, topics):
     if acks == 0:
         return NO_RESPONSE
     return RawResponse([produce_response.encode(header.api_version, header.correlation_id, topics)])

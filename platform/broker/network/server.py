@@ -5,11 +5,18 @@ response on that connection, never other connections); pipelined requests wait i
 A frame over ``socket.request.max.bytes``, an unknown API key, an unsupported version or a request that does
 not decode is logged and closes that connection only. Produce with ``acks=0`` is not answered.
 
+Reading (issue 20): a connection reads what the socket has, up to ``READ_CHUNK`` at a time, and handles every
+whole frame in it in order before it reads again, so a burst of pipelined requests (an unbatched producer keeps
+hundreds in flight) costs one read, not two ``readexactly`` per frame; their answers leave together
+(:class:`Responses`). A frame that is not whole yet is completed with exactly its missing bytes, so a frame
+dribbled in many pieces is not copied again with each piece.
+
 Memory is bounded: a frame's bytes are read in chunks of at most ``READ_CHUNK`` and only as they arrive (a size
-prefix alone allocates nothing), and frames larger than ``POOL_FREE_BYTES`` first reserve their size from a pool
-of ``queued.max.request.bytes`` that is released once the request has been handled (Kafka's memory pool: a
-connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow senders of
-huge frames cannot starve ordinary clients.
+prefix alone allocates nothing), and frames larger than ``POOL_FREE_BYTES`` reserve their size from a pool of
+``queued.max.request.bytes`` before the rest of them is read (at most one ``READ_CHUNK`` of a frame can have been
+read with the frames before it); the reservation is released once the request has been handled (Kafka's memory
+pool: a connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow
+senders of huge frames cannot starve ordinary clients.
 File regions in a response go out with ``loop.sendfile`` (zero copy) when large enough to be worth it.
 
 Lifecycle: :meth:`KafkaListener.start` binds the port without accepting (connections are refused), so a broker
@@ -35,7 +42,9 @@ import contextvars
 import inspect
 import logging
 import os
+import struct
 import time
+from types import CoroutineType
 
 from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
@@ -56,6 +65,16 @@ SENDFILE_MIN_BYTES = 64 * 1024  # below this a pread + write is cheaper than dra
 READ_CHUNK = 256 * 1024
 POOL_FREE_BYTES = 1024 * 1024  # frames up to this size do not reserve from queued.max.request.bytes
 STREAM_LIMIT = 64 * 1024  # asyncio stops reading a socket once twice this much is buffered
+_SIZE = struct.Struct(">i").unpack_from
+_clock = time.perf_counter
+
+
+async def _more(reader: asyncio.StreamReader) -> bytes:
+    """What the socket has delivered, at most ``READ_CHUNK`` (waiting for some): often many pipelined frames."""
+    chunk = await reader.read(READ_CHUNK)
+    if not chunk:
+        raise asyncio.IncompleteReadError(b"", None)
+    return chunk
 
 
 class MemoryPool:
@@ -97,6 +116,17 @@ class Responses:
         self.size = 0
         self.count = 0
         self.scheduled = False
+
+    def add_bytes(self, data: bytes) -> None:
+        """:meth:`add` of a response that is one ``bytes`` (the hot path: Produce answers)."""
+        self.parts.append(data)
+        self.size += len(data)
+        self.count += 1
+        if self.count >= self.FLUSH_COUNT or self.size >= self.FLUSH_BYTES:
+            self.flush()
+        elif not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
 
     def add(self, parts: list) -> None:
         for part in parts:
@@ -193,28 +223,50 @@ class KafkaListener:
                           tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS", ip)
         current_session.set(session)
         responses = Responses(writer)
+        data, pos = b"", 0  # bytes read from the socket and not handled yet: data[pos:]
         try:
             while not self._closing:
                 if writer.transport.get_write_buffer_size() > STREAM_LIMIT:  # a client that does not read
                     await writer.drain()
-                head = await reader.readexactly(4)
-                size = int.from_bytes(head, "big", signed=True)
+                have = len(data) - pos
+                if have < 4:  # every frame that was read is handled: read what the socket has now
+                    data, pos = data[pos:] + await (reader.readexactly(4 - have) if have else _more(reader)), 0
+                    continue
+                size = _SIZE(data, pos)[0]
                 if size < 0 or size > self.max_request_bytes:
                     log.warning("closing connection from %s: request frame of %d bytes exceeds "
                                 "socket.request.max.bytes=%d", peer, size, self.max_request_bytes)
                     return
-                reserved = await self.pool.reserve(size) if size > POOL_FREE_BYTES else 0
+                start = pos + 4
+                reserved = 0
+                if have - 4 >= size:  # a whole frame is here already (pipelined requests: most of them)
+                    payload = data[start:start + size]
+                    pos = start + size
+                elif size <= READ_CHUNK:  # the rest of this frame, exactly, so a frame sent in pieces is not
+                    # copied again with every piece
+                    data, pos = data[pos:] + await reader.readexactly(size - (have - 4)), 0
+                    continue
+                else:
+                    reserved = await self.pool.reserve(size) if size > POOL_FREE_BYTES else 0
+                    try:
+                        payload = await self._read_frame(reader, data[start:], size)
+                    except BaseException:
+                        await self.pool.release(reserved)
+                        raise
+                    data, pos = b"", 0
                 try:
-                    payload = await self._read_frame(reader, size)
                     if session.raw_tokens:  # SaslHandshake v0: a bare token, answered bare
                         parts = await self._raw_sasl_token(session, bytes(payload))
                     else:
-                        parts = await self.dispatch(payload)
+                        parts = await self.dispatch(payload, session)
                     del payload
                 finally:
-                    await self.pool.release(reserved)
+                    if reserved:
+                        await self.pool.release(reserved)
                 if parts is not None:
-                    if all(isinstance(p, (bytes, bytearray)) or p.size < SENDFILE_MIN_BYTES for p in parts):
+                    if len(parts) == 1 and type(parts[0]) is bytes:  # the common answer: one small frame
+                        responses.add_bytes(parts[0])
+                    elif all(isinstance(p, (bytes, bytearray)) or p.size < SENDFILE_MIN_BYTES for p in parts):
                         responses.add(parts)
                     else:
                         responses.flush()
@@ -237,11 +289,10 @@ class KafkaListener:
             writer.close()
 
     @staticmethod
-    async def _read_frame(reader: asyncio.StreamReader, size: int) -> bytes | memoryview:
-        """``size`` bytes, gathered as they arrive: memory grows with what was sent, not with what was claimed."""
-        if size <= READ_CHUNK:
-            return await reader.readexactly(size)
-        frame = bytearray()  # grown in place (mremap once past the mmap threshold): no second copy at the end
+    async def _read_frame(reader: asyncio.StreamReader, head, size: int) -> memoryview:
+        """A large frame of ``size`` bytes, starting with ``head`` (what was already read), gathered as the rest
+        arrives: memory grows with what was sent, not with what was claimed."""
+        frame = bytearray(head)  # grown in place (mremap once past the mmap threshold): no second copy at the end
         while len(frame) < size:
             chunk = await reader.read(min(size - len(frame), READ_CHUNK))
             if not chunk:
@@ -249,30 +300,33 @@ class KafkaListener:
             frame += chunk
         return memoryview(frame).toreadonly()  # kio reads only read-only buffers
 
-    async def dispatch(self, payload: bytes) -> list | None:
+    async def dispatch(self, payload, session: Session | None = None) -> list | None:
+        """Handle one request frame (without its size prefix); the response's parts, or None (no response).
+        ``session``: the connection's (default: the task's :data:`current_session`)."""
         header = codec.read_header(payload)
         api = APIS.get(header.api_key)
         if api is None:
             raise MalformedRequest(f"unknown api key {header.api_key}")
-        session = current_session.get()
+        if session is None:
+            session = current_session.get()
         if session is not None and not session.authenticated and header.api_key not in SASL_KEYS:
             raise MalformedRequest(f"{api.name} before SASL authentication on listener {self.name}")
-        if not api.supports(header.api_version):
+        if not api.min_version <= header.api_version <= api.max_version:
             if header.api_key == codec.API_VERSIONS_KEY:
                 return [codec.encode_response(header.api_key, 0, header.correlation_id,
                                               unsupported_version_response())]
             raise MalformedRequest(f"{api.name} v{header.api_version} is not supported "
                                    f"(v{api.min_version}-{api.max_version})")
         request = codec.decode_body(header, payload)
-        started = time.perf_counter()
+        started = _clock()
         result = api.handler(self.broker, header, request)
-        if inspect.isawaitable(result):
+        if type(result) is CoroutineType or (type(result) is not RawResponse and inspect.isawaitable(result)):
             result = await result
-        self.broker.metrics.request(api.name, time.perf_counter() - started)
+        self.broker.metrics.request(api.name, _clock() - started)
+        if type(result) is RawResponse:
+            return result.parts
         if result is NO_RESPONSE:
             return None
-        if isinstance(result, RawResponse):
-            return result.parts
         return [codec.encode_response(header.api_key, header.api_version, header.correlation_id, result)]
 
     async def _raw_sasl_token(self, session: Session, token: bytes) -> list:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol import guard
+from broker.protocol import guard, produce_request
 from broker.protocol.guard import MalformedRequest, write_uvarint  # noqa: F401 (re-exported)
 
 API_VERSIONS_KEY = 18
@@ -24,8 +24,7 @@ _HEADER = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):  # a tuple: built once per request, cheaper than a frozen dataclass
     api_key: int
     api_version: int
     correlation_id: int
@@ -72,29 +71,51 @@ def read_header(payload, flexible_lookup=is_flexible) -> RequestHeader:
     if client_len >= 0:
         if pos + client_len > len(payload):
             raise MalformedRequest("client id runs past the frame")
-        client_id = bytes(payload[pos : pos + client_len]).decode("utf-8", "replace")
+        client_id = _client_id(payload, pos, client_len)
         pos += client_len
-    header = RequestHeader(api_key, version, correlation_id, client_id, pos)
-    try:
-        flexible = flexible_lookup(api_key, version)
-    except Exception:
-        return header  # unknown (key, version): the caller decides; the body is not parsed
+    flexible = _flexible.get((api_key, version))
+    if flexible is None:
+        try:
+            flexible = flexible_lookup(api_key, version)
+        except Exception:
+            return RequestHeader(api_key, version, correlation_id, client_id, pos)  # unknown: the caller decides
+        if flexible_lookup is is_flexible:
+            _flexible[(api_key, version)] = flexible
     if flexible:
-        count, pos = read_uvarint(payload, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(payload, pos)
-            size, pos = read_uvarint(payload, pos)
-            pos += size
-        if pos > len(payload):
-            raise MalformedRequest("tagged fields run past the frame")
-        header = RequestHeader(api_key, version, correlation_id, client_id, pos)
-    return header
+        if pos < len(payload) and payload[pos] == 0:  # the common case: no tagged fields
+            pos += 1
+        else:
+            count, pos = read_uvarint(payload, pos)
+            for _ in range(count):
+                _tag, pos = read_uvarint(payload, pos)
+                size, pos = read_uvarint(payload, pos)
+                pos += size
+            if pos > len(payload):
+                raise MalformedRequest("tagged fields run past the frame")
+    return RequestHeader(api_key, version, correlation_id, client_id, pos)
+
+
+_flexible: dict[tuple[int, int], bool] = {}  # (api key, version) -> flexible, for the versions kio knows
+_client_ids: dict[bytes, str] = {}  # a connection sends the same client id with every request
+
+
+def _client_id(payload, pos: int, length: int) -> str:
+    raw = bytes(payload[pos : pos + length])
+    client_id = _client_ids.get(raw)
+    if client_id is None:
+        client_id = raw.decode("utf-8", "replace")
+        if len(_client_ids) < 1024:  # bounded: client ids are chosen by clients
+            _client_ids[raw] = client_id
+    return client_id
 
 
 def decode_body(header: RequestHeader, payload):
     """The typed request body; raises MalformedRequest on any decoding failure.
 
-    :func:`guard.check` walks the body first: kio's native reader would allocate whatever a count claims."""
+    :func:`guard.check` walks the body first: kio's native reader would allocate whatever a count claims.
+    Produce, the request of the hot path, is decoded by hand (:mod:`broker.protocol.produce_request`, same rules)."""
+    if header.api_key == 0 and header.api_version in produce_request.VERSIONS:
+        return produce_request.decode(header.api_version, payload, header.body_offset)
     payload = guard.check(request_type(header.api_key, header.api_version), payload, header.body_offset)
     try:
         body, end = _reader(header.api_key, header.api_version)(payload, header.body_offset)

@@ -28,6 +28,8 @@ def encode(version: int, correlation_id: int,
            topics: list[tuple[str, list[tuple[int, int, int, int, str | None]]]]) -> bytes:
     """``topics``: (name, [(partition, error code, base offset, log start offset, error message[, log append
     time])]); the log append time is -1 (CreateTime) unless given."""
+    if len(topics) == 1 and len(topics[0][1]) == 1 and topics[0][1][0][4] is None:
+        return _encode_one(version, correlation_id, topics[0][0], topics[0][1][0])
     flexible = version >= 9
     out = bytearray(b"\x00\x00\x00\x00")
     out += _I32.pack(correlation_id)
@@ -53,3 +55,37 @@ def encode(version: int, correlation_id: int,
         out += b"\x00"
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+_templates: dict[tuple[int, str], tuple[bytes, bytes]] = {}
+
+
+def _one_template(version: int, name: str) -> tuple[bytes, bytes]:
+    """The constant bytes of a response to one partition of topic ``name`` without an error message: after the
+    correlation id up to the partition's fields, and after them (log start offset between, v5+)."""
+    flexible = version >= 9
+    head = (b"\x00" if flexible else b"") + (write_uvarint(2) if flexible else _I32.pack(1)) + _string(name, flexible)
+    head += write_uvarint(2) if flexible else _I32.pack(1)
+    tail = b""
+    if version >= 8:
+        tail += b"\x01\x00" if flexible else b"\x00\x00\x00\x00\xff\xff"  # no record errors, null message
+    if flexible:
+        tail += b"\x00\x00"  # the partition's and the topic's tagged fields
+    tail += _I32.pack(0) + (b"\x00" if flexible else b"")  # throttle time, the body's tagged fields
+    return head, tail
+
+
+def _encode_one(version: int, correlation_id: int, name: str, entry) -> bytes:
+    """:func:`encode` of the hot path's answer: one topic, one partition, no error message (same bytes)."""
+    template = _templates.get((version, name))
+    if template is None:
+        template = _one_template(version, name)
+        if len(_templates) < 4096:  # bounded: topic names come from clients
+            _templates[(version, name)] = template
+    head, tail = template
+    index, error, base, start, _message, *append_time = entry
+    fields = _PARTITION.pack(index, error, base, append_time[0] if append_time else -1)
+    if version >= 5:
+        fields += _I64.pack(start)
+    size = 4 + len(head) + len(fields) + len(tail)
+    return _I32.pack(size) + _I32.pack(correlation_id) + head + fields + tail
