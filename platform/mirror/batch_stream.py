@@ -45,6 +45,7 @@ class BatchStream:
         self.m = mirror
         self.index = index
         self.backoff = backoff
+        self.failed = False
         client_id = f"logbus-mirror-{mirror.source_name}-{index}"
         self.source = Pool(client_id)
         self.target = Pool(client_id)
@@ -88,8 +89,7 @@ class BatchStream:
         self.assigned = []
         if not fresh:
             return
-        committed = self.consumer.committed(fresh, API_TIMEOUT_S)
-        for tp in committed:
+        for tp in self._starting_offsets(fresh):
             key = (tp.topic, tp.partition)
             offset = tp.offset
             if offset < 0 or tp.offset in (OFFSET_BEGINNING, OFFSET_END):
@@ -105,6 +105,18 @@ class BatchStream:
                                                                      for t, p in sorted(self.positions)))
         self._refresh_source()
         self._refresh_target()
+
+    def _starting_offsets(self, fresh: list[TopicPartition]) -> list[TopicPartition]:
+        return self.consumer.committed(fresh, API_TIMEOUT_S)
+
+    def _encode(self, key: Key, batch) -> bytes:
+        return batch.encode()
+
+    def _produce_request(self, cls, topic_data):
+        return cls(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=topic_data)
+
+    def _before_produce(self, plan: dict) -> None:
+        """Called before a cycle's batches go out (the transactional stream opens its transaction here)."""
 
     # ---- metadata ---------------------------------------------------------------------------------------------
     def _refresh_source(self) -> None:
@@ -174,6 +186,7 @@ class BatchStream:
                 self.positions[key] = self.uncommitted[key] = copied.next_offset
         if not plan:
             return False
+        self._before_produce(plan)
         targets = self._produce(plan)
         if targets is None:
             return False  # stopping before the target acknowledged: nothing moves
@@ -262,7 +275,7 @@ class BatchStream:
         rounds = max(len(batches) for batches in plan.values())
         for k in range(rounds):
             todo = {key: batches[k] for key, batches in plan.items() if k < len(batches)}
-            encoded = {key: batch.encode() for key, batch in todo.items()}
+            encoded = {key: self._encode(key, batch) for key, batch in todo.items()}
             while todo:
                 if self.m.stop_event.is_set():
                     return None
@@ -295,9 +308,8 @@ class BatchStream:
                 (key, module.PartitionProduceData(index=target_partition, records=encoded[key])))
         sent = []
         for leader, topics in by_leader.items():
-            request = cls(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
-                          topic_data=tuple(module.TopicProduceData(name=t, partition_data=tuple(d for _, d in ps))
-                                           for t, ps in topics.items()))
+            request = self._produce_request(cls, tuple(
+                module.TopicProduceData(name=t, partition_data=tuple(d for _, d in ps)) for t, ps in topics.items()))
             try:
                 self.target.get(leader).send(PRODUCE, PRODUCE_VERSION, request)
                 sent.append(leader)
@@ -335,8 +347,15 @@ class BatchStream:
 
 
 def run_stream(mirror, index: int, backoff) -> None:
-    stream = BatchStream(mirror, index, backoff)
+    if mirror.exactly_once:
+        from mirror.txn_stream import TransactionalBatchStream as Stream
+    else:
+        Stream = BatchStream
+    stream = Stream(mirror, index, backoff)
     try:
         stream.run()
+    except BaseException:
+        stream.failed = True
+        raise
     finally:
         stream.close()

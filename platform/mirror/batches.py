@@ -63,14 +63,15 @@ class TargetBatch:
     codec: int = 0
     last_source_offset: int = -1  # of the last record in it
 
-    def encode(self) -> bytes:
+    def encode(self, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+               transactional: bool = False) -> bytes:
         body = bytes(self.records)
-        attributes = 0
+        attributes = TRANSACTIONAL if transactional else 0
         if self.codec:
             body = compression.compress(self.codec, body)
-            attributes = self.codec
-        after_crc = _AFTER_CRC.pack(attributes, self.count - 1, self.first_timestamp, self.max_timestamp, -1, -1, -1,
-                                    self.count) + body
+            attributes |= self.codec
+        after_crc = _AFTER_CRC.pack(attributes, self.count - 1, self.first_timestamp, self.max_timestamp, producer_id,
+                                    producer_epoch, base_sequence, self.count) + body
         return _BEFORE_CRC.pack(0, 4 + 1 + 4 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
 
 

@@ -101,12 +101,16 @@ def kill_in_a_transaction(mirror, clusters, topic: str, fed: list[int]) -> None:
         uncommitted.close()
 
 
-def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(clusters):
+@pytest.mark.parametrize("copy", ["batches", "records"])
+def test_exactly_once_across_mirror_kills_a_wan_cut_and_a_leader_failover(clusters, copy):
+    """Both paths: whole batches with the transaction protocol spoken by the mirror (mirror.txn_stream, the default
+    on PLAINTEXT) and librdkafka's transactional producer (``--copy records``, and every secured cluster)."""
     produce(clusters["live"], "pv", COUNT)
     fed = [COUNT]  # records on the source so far
     directory = clusters["dir"] / "mirror"
     mirror = mirror_process(directory, clusters["live"], clusters["offline"], "pv", "--exactly-once",
-                            "--num.streams", "2", "--stats-file", str(directory / "stats.json")).start()
+                            "--num.streams", "2", "--stats-file", str(directory / "stats.json"),
+                            "--copy", copy).start()
     clusters["mirrors"].append(mirror)
 
     started = time.monotonic()
