@@ -1,0 +1,85 @@
+"""The acks=all purgatory of a leader's partition (broker.cluster.partition): a waiting produce is completed by the
+follower fetch that moves the high watermark past it — in that same call, not by a timer — and only once every
+ISR member has it; it is failed when leadership goes, and times out when the ISR does not catch up."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from broker.cluster.partition import Partition
+from broker.protocol.messages import ErrorCode
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+
+class _Epochs:
+    entries: list = []
+
+
+class _Log:
+    """What Partition reads and writes of a PartitionLog."""
+
+    def __init__(self, end: int):
+        self.replicated = False
+        self.log_start_offset = 0
+        self.log_end_offset = end
+        self.high_watermark = 0
+        self.leader_epoch = -1
+        self.epochs = _Epochs()
+
+    def begin_leader_epoch(self, epoch: int) -> None:
+        self.leader_epoch = epoch
+
+
+def leader(end: int, isr=(0, 1, 2)) -> Partition:
+    part = Partition("t", 0, _Log(end), broker_id=0)
+    part.become_leader(1, tuple(isr), [0, 1, 2], zk_version=0, controller_epoch=1)
+    return part
+
+
+def test_follower_fetches_complete_a_waiting_produce_in_the_call_that_moves_the_high_watermark():
+    async def run():
+        part = leader(end=10)
+        waiting = asyncio.ensure_future(part.wait_committed(10, timeout=30))
+        await asyncio.sleep(0)
+        part.record_follower_fetch(1, 10)
+        await asyncio.sleep(0)
+        assert not waiting.done() and part.log.high_watermark == 0  # follower 2 of the ISR has nothing yet
+        part.record_follower_fetch(2, 4)
+        assert part.log.high_watermark == 4
+        await asyncio.sleep(0)
+        assert not waiting.done()  # the high watermark passed part of the batch only
+        part.record_follower_fetch(2, 10)
+        assert part.log.high_watermark == 10
+        await asyncio.sleep(0)  # the waiter's result is set in that call; its task resumes on the next pass
+        assert waiting.done() and waiting.result() == ErrorCode.none
+        assert part._waiters == []
+
+    asyncio.run(run())
+
+
+def test_only_isr_members_hold_the_high_watermark_back():
+    async def run():
+        part = leader(end=7, isr=(0, 1))  # follower 2 is out of the ISR: its progress does not count
+        waiting = asyncio.ensure_future(part.wait_committed(7, timeout=30))
+        await asyncio.sleep(0)
+        part.record_follower_fetch(1, 7)
+        await asyncio.sleep(0)
+        assert waiting.result() == ErrorCode.none and part.log.high_watermark == 7
+
+    asyncio.run(run())
+
+
+def test_waiting_produces_fail_when_leadership_moves_and_time_out_without_followers():
+    async def run():
+        part = leader(end=5)
+        moved = asyncio.ensure_future(part.wait_committed(5, timeout=30))
+        await asyncio.sleep(0)
+        part.become_follower(1, 2, (1, 2), [0, 1, 2], zk_version=1, controller_epoch=1)
+        assert await moved == ErrorCode.not_leader_or_follower
+        part = leader(end=5)
+        assert await part.wait_committed(5, timeout=0.05) == ErrorCode.request_timed_out
+        assert part._waiters == []
+
+    asyncio.run(run())
