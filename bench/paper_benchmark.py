@@ -9,6 +9,12 @@ they have no producer batching API, as the paper notes), one consumer over that 
 Clients: confluent-kafka (librdkafka) and kcat for logbus; each peer's own Java client from Debian
 (bench/peers/PeerBench.java). Client and broker CPU are measured separately.
 
+Per request (issue 20): the logbus broker serves Prometheus metrics, and every producer run reads its Produce
+request counter before and after, so the table shows how many messages each request carried (batch 1 must be
+one: one request per message, as the paper's unbatched producer) and the broker's CPU per request. kcat also
+produces the same messages with librdkafka's batching on one partition (its C producer costs no Python per
+message, so the broker is what is measured).
+
 Usage: .venv/bin/python bench/paper_benchmark.py [--messages 2000000] [--runs 3] [--latency-rate 2000]
        [--latency-seconds 10] [--systems logbus,rabbitmq,activemq] [--out bench/results]
 """
@@ -20,6 +26,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,18 +35,47 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 from benchkit import logbus_side, machine, peers, report  # noqa: E402
-from support import BrokerProcess  # noqa: E402
+from support import BrokerProcess, free_port  # noqa: E402
 
 SIZE = 200
 
 
+def produce_requests(metrics_url: str) -> int:
+    """The broker's count of Produce requests answered (its Prometheus counter)."""
+    import urllib.request
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('kafka_network_requestmetrics_requests_total{request="Produce"}'):
+                return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def per_request(result: dict, requests: int) -> dict:
+    """Add the Produce requests a run took, messages per request and broker CPU per request."""
+    result["produce_requests"] = requests
+    result["msgs_per_request"] = round(result["messages"] / requests, 2) if requests else None
+    result["broker_cpu_us_per_request"] = round(result["broker_cpu_s"] / requests * 1e6, 1) if requests else None
+    return result
+
+
 def run_logbus(work: Path, args: argparse.Namespace) -> dict:
-    broker = BrokerProcess(work / "logbus", num_partitions=1).start()
+    metrics_port = free_port()
+    broker = BrokerProcess(work / "logbus", num_partitions=1,
+                           metrics_listener=f"http://127.0.0.1:{metrics_port}").start()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     out: dict = {}
     try:
         for name, conf in logbus_side.RUNS.items():
-            out[f"producer_{name}"] = logbus_side.produce(broker, f"bench-{name}", args.messages, SIZE, conf)
+            before = produce_requests(metrics_url)
+            result = logbus_side.produce(broker, f"bench-{name}", args.messages, SIZE, conf)
+            # the topic-creating message and its request come before the clock; the sampler sends no Produce
+            out[f"producer_{name}"] = per_request(result, produce_requests(metrics_url) - before - 1)
             log("logbus", f"producer_{name}", out[f"producer_{name}"])
+        before = produce_requests(metrics_url)
+        result = produce_kcat(broker, "bench-kcat", args.messages, work)
+        out["producer_kcat"] = per_request(result, produce_requests(metrics_url) - before - 1)
+        log("logbus", "producer_kcat", out["producer_kcat"])
         out["consumer"] = logbus_side.consume(broker, "bench-batch50", args.messages, SIZE)
         log("logbus", "consumer", out["consumer"])
         out["consumer_kcat"] = logbus_side.consume_kcat(broker, "bench-batch50", args.messages, SIZE)
@@ -49,6 +85,34 @@ def run_logbus(work: Path, args: argparse.Namespace) -> dict:
     finally:
         broker.stop()
     return out
+
+
+def produce_kcat(broker: BrokerProcess, topic: str, count: int, work: Path) -> dict:
+    """``count`` 200-byte messages from a file with kcat (C, librdkafka's batching) to one partition, acks=1;
+    timed from kcat's start to its exit (it exits once every message is acknowledged). The topic exists first."""
+    subprocess.run(["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", "0"], input=b"x" * SIZE + b"\n",
+                   check=True, timeout=60)
+    path = work / "kcat-messages.txt"
+    line = os.urandom(SIZE // 2).hex().encode() + b"\n"  # 200 bytes of text, then the delimiter
+    with open(path, "wb") as f:
+        for _ in range(count // 10_000):
+            f.write(line * 10_000)
+        f.write(line * (count % 10_000))
+    cmd = ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", "0", "-l", str(path), "-X", "acks=1",
+           "-X", "linger.ms=5", "-X", "batch.num.messages=10000", "-X", "queue.buffering.max.messages=1000000",
+           "-X", "queue.buffering.max.kbytes=1048576"]
+    broker_cpu0 = machine.tree_cpu(broker.proc.pid)
+    before = os.times()
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, timeout=600)
+    elapsed = time.perf_counter() - start
+    after = os.times()
+    path.unlink()
+    hw = logbus_side.high_watermark(broker.bootstrap, topic)
+    if hw != count + 1:
+        raise RuntimeError(f"kcat: high watermark {hw}, expected {count + 1}")
+    client = after.children_user + after.children_system - before.children_user - before.children_system
+    return logbus_side._result(count, SIZE, elapsed, machine.tree_cpu(broker.proc.pid) - broker_cpu0, client, [])
 
 
 def run_peer(cls: type[peers.Peer], work: Path, classpath: str, args: argparse.Namespace) -> dict:

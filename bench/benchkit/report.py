@@ -81,6 +81,7 @@ def write(results: dict, out: Path) -> None:
     row("Producer, batch 50, MB/s (peers: batch 1)", lb("producer_batch50", "MB_per_s"), "producer", "MB_per_s",
         None, "{:.1f}")
     row("Producer, librdkafka default batching, msg/s", lb("producer_default", "msg_per_s"), None, "msg_per_s")
+    row("Producer, kcat (librdkafka batching, C client), msg/s", lb("producer_kcat", "msg_per_s"), None, "msg_per_s")
     row("Consumer, msg/s (logbus: confluent-kafka)", lb("consumer", "msg_per_s"), "consumer", "msg_per_s",
         PAPER["consumer"])
     row("Consumer, msg/s (logbus: kcat)", lb("consumer_kcat", "msg_per_s"), "consumer", "msg_per_s",
@@ -101,6 +102,43 @@ def write(results: dict, out: Path) -> None:
         "",
         "For bytes, CPU and latency, lower is better (a ratio below 1x favours logbus). The paper's 9 bytes of "
         "overhead per message is shown as 209 bytes per 200-byte message.",
+    ]
+    lines += [
+        "",
+        "## Per Produce request (logbus; counted by the broker's request metrics)",
+        "",
+        "| producer | Produce requests | messages per request | broker CPU µs per request | msg/s |",
+        "|---|---|---|---|---|",
+    ]
+    for phase, label in (("producer_batch1", "confluent-kafka, batch 1 (one request per message)"),
+                         ("producer_batch50", "confluent-kafka, batch 50"),
+                         ("producer_default", "confluent-kafka, default batching"),
+                         ("producer_kcat", "kcat, librdkafka batching")):
+        if lb(phase, "produce_requests"):
+            lines.append(f"| {label} | {cell(lb(phase, 'produce_requests'))} | "
+                         f"{cell(lb(phase, 'msgs_per_request'), '{:.2f}')} | "
+                         f"{cell(lb(phase, 'broker_cpu_us_per_request'), '{:.1f}')} | {cell(lb(phase, 'msg_per_s'))} |")
+    goals = [  # issue 20's broker goals, checked against this run's medians
+        ("unbatched produce (batch 1) ≥ 50,000 msg/s", lb("producer_batch1", "msg_per_s"), 50_000, "{:,.0f}"),
+        ("unbatched produce ≥ 2x RabbitMQ's producer (same run)",
+         [statistics.median(lb("producer_batch1", "msg_per_s")) / statistics.median(values(runs, "rabbitmq",
+                                                                                           "producer", "msg_per_s"))]
+         if lb("producer_batch1", "msg_per_s") and values(runs, "rabbitmq", "producer", "msg_per_s") else [], 2.0,
+         "{:.2f}x"),
+        ("broker CPU ≤ 20 µs per unbatched request", lb("producer_batch1", "broker_cpu_us_per_request"), -20.0,
+         "{:.1f} µs"),
+        ("batched produce with kcat ≥ 2,000,000 msg/s", lb("producer_kcat", "msg_per_s"), 2_000_000, "{:,.0f}"),
+        ("consume with kcat ≥ 4,000,000 msg/s", lb("consumer_kcat", "msg_per_s"), 4_000_000, "{:,.0f}"),
+    ]
+    lines += ["", "## Issue 20's broker goals in this run (medians)", "", "| goal | measured | met |", "|---|---|---|"]
+    for label, vals, target, fmt in goals:
+        if vals:
+            med = statistics.median(vals)
+            met = med <= -target if target < 0 else med >= target
+            lines.append(f"| {label} | {fmt.format(med)} | {'yes' if met else 'no'} |")
+        else:
+            lines.append(f"| {label} | not measured | – |")
+    lines += [
         "",
         "## Who is the bottleneck: CPU seconds per wall-clock second (1.0 = one core busy)",
         "",
@@ -108,7 +146,7 @@ def write(results: dict, out: Path) -> None:
         "|---|---|---|---|",
     ]
     phases = [("logbus", "producer_batch1", "producer, batch 1"), ("logbus", "producer_batch50", "producer, batch 50"),
-              ("logbus", "producer_default", "producer, default batching"),
+              ("logbus", "producer_default", "producer, default batching"), ("logbus", "producer_kcat", "producer (kcat)"),
               ("logbus", "consumer", "consumer (confluent-kafka)"), ("logbus", "consumer_kcat", "consumer (kcat)"),
               ("rabbitmq", "producer", "producer"), ("rabbitmq", "consumer", "consumer"),
               ("activemq", "producer", "producer"), ("activemq", "consumer", "consumer")]

@@ -1,0 +1,167 @@
+"""The broker's cost per small request, two versions side by side (issue 20): the unbatched producer of the
+paper benchmark (confluent-kafka, ``batch.num.messages=1``, ``linger.ms=0``, acks=1: one Produce request per
+200-byte message) against a broker of the working tree and a broker of an earlier commit, alternating in the
+same run on the same machine; the batch-50 producer too, to see that batched produce lost nothing.
+
+Each broker serves Prometheus metrics; its Produce request counter, read before and after a run, gives the
+requests the run took (so messages per request is measured, not assumed), and the broker's CPU (user + system)
+over the run divided by them gives the CPU per request.
+
+Usage: .venv/bin/python bench/request_cost.py --before <commit> [--messages 200000] [--rounds 3] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
+
+from benchkit import logbus_side  # noqa: E402
+from paper_benchmark import SIZE, per_request, produce_requests  # noqa: E402
+from support import BrokerProcess, free_port, wait_for_port  # noqa: E402
+
+
+def start_broker(workdir: Path, platform_dir: Path) -> tuple[BrokerProcess, str]:
+    """A standalone broker running the code under ``platform_dir``; (broker, its metrics URL)."""
+    metrics_port = free_port()
+    broker = BrokerProcess(workdir, num_partitions=1, metrics_listener=f"http://127.0.0.1:{metrics_port}")
+    broker.write_config()
+    env = dict(os.environ, PYTHONPATH=str(platform_dir))
+    with open(broker.output, "ab") as out:
+        broker.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "broker", str(broker.config_path)],
+                                       stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+    wait_for_port(broker.host, broker.port, proc=broker.proc)
+    return broker, f"http://127.0.0.1:{metrics_port}/metrics"
+
+
+PRODUCERS = ("batch1", "batch50")  # the paper benchmark's unbatched producer, and its batch-50 one (regressions)
+
+
+def measure(workdir: Path, platform_dir: Path, messages: int) -> dict:
+    broker, metrics_url = start_broker(workdir, platform_dir)
+    out = {}
+    try:
+        time.sleep(1)  # start-up work settles
+        for producer in PRODUCERS:
+            before = produce_requests(metrics_url)
+            result = logbus_side.produce(broker, f"bench-{producer}", messages, SIZE, logbus_side.RUNS[producer])
+            out[producer] = per_request(result, produce_requests(metrics_url) - before - 1)  # minus the first message
+            out[producer].pop("samples")
+        return out
+    finally:
+        broker.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md and .png from the .json")
+    parser.add_argument("--before", help="the commit to compare the working tree with (required unless --report-only)")
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        write_report(json.loads((out / "request_cost.json").read_text()), out)
+        return 0
+    if not args.before:
+        parser.error("--before is required")
+    before_rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=REPO, check=True,
+                                capture_output=True, text=True).stdout.strip()
+    after_rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                               capture_output=True, text=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix="logbus-request-cost-"))
+    try:
+        old = work / "before"
+        old.mkdir()
+        archive = subprocess.run(["git", "archive", before_rev, "platform"], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        variants = {"before": old / "platform", "after": REPO / "platform"}
+        runs: dict[str, list[dict]] = {name: [] for name in variants}
+        for i in range(1, args.rounds + 1):
+            for name, platform_dir in variants.items():  # alternating: drift on a shared machine hits both
+                result = measure(work / f"{name}-{i}", platform_dir, args.messages)
+                runs[name].append(result)
+                print(f"round {i} {name:6} {result}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results = {"command": "python bench/request_cost.py " + " ".join(sys.argv[1:]), "before": before_rev,
+               "after": f"{after_rev} + working tree", "messages": args.messages, "message_bytes": SIZE,
+               "cpus": os.cpu_count(), "runs": runs}
+    (out / "request_cost.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_report(results, out)
+    print((out / "request_cost.md").read_text())
+    return 0
+
+
+def med(runs: list[dict], producer: str, key: str) -> float:
+    return statistics.median(r[producer][key] for r in runs)
+
+
+def write_report(results: dict, out: Path) -> None:
+    runs = results["runs"]
+    keys = [("msg_per_s", "msg/s", "{:,.0f}"), ("msgs_per_request", "messages per Produce request", "{:.2f}"),
+            ("broker_cpu_us_per_request", "broker CPU µs per request", "{:.1f}"),
+            ("broker_cpu_s_per_GB", "broker CPU s per GB", "{:.1f}")]
+    lines = [
+        "# Broker CPU per small request, before and after (issue 20)",
+        "",
+        f"Command: `{results['command']}`  ",
+        f"Before: `{results['before']}`; after: `{results['after']}`. {results['messages']:,} messages of "
+        f"{results['message_bytes']} bytes per run from confluent-kafka, acks=1, one partition: batch 1 = "
+        f"`batch.num.messages=1`, `linger.ms=0` (the unbatched producer); batch 50 = `batch.num.messages=50`, "
+        f"`linger.ms=5`. {len(runs['after'])} rounds, before and after alternating in the same run on this "
+        f"{results['cpus']}-core machine. Cells: median [min–max].",
+        "",
+        "| producer | measure | before | after | after / before |",
+        "|---|---|---|---|---|",
+    ]
+    for producer in PRODUCERS:
+        for key, label, fmt in keys:
+            cells = []
+            for name in ("before", "after"):
+                vals = [r[producer][key] for r in runs[name]]
+                cells.append(f"{fmt.format(statistics.median(vals))} "
+                             f"[{fmt.format(min(vals))}–{fmt.format(max(vals))}]")
+            ratio = med(runs["after"], producer, key) / med(runs["before"], producer, key)
+            lines.append(f"| {producer} | {label} | {cells[0]} | {cells[1]} | {ratio:.2f}x |")
+    lines += ["", "Plot: `request_cost.png` (broker CPU µs per request and msg/s of every run).", ""]
+    (out / "request_cost.md").write_text("\n".join(lines))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (key, label) in zip(axes, (("broker_cpu_us_per_request", "broker CPU µs per Produce request, batch 1"),
+                                       ("msg_per_s", "unbatched produce (batch 1), msg/s"))):
+        for x, name in enumerate(("before", "after")):
+            vals = [r["batch1"][key] for r in runs[name]]
+            ax.scatter([x] * len(vals), vals, label=name)
+            ax.hlines(statistics.median(vals), x - 0.2, x + 0.2)
+        ax.set_xticks([0, 1], [f"before\n{results['before']}", "after"])
+        ax.set_title(label)
+        ax.set_ylim(bottom=0)
+    for ax, goal, text in ((axes[0], 20, "issue 20 goal: 20 µs"), (axes[1], 50_000, "issue 20 goal: 50,000 msg/s")):
+        ax.axhline(goal, linestyle="--", color="grey")
+        ax.text(0.5, goal, text, ha="center", va="bottom")
+        ax.set_ylim(0, max(ax.get_ylim()[1], goal * 1.15))
+    fig.tight_layout()
+    fig.savefig(out / "request_cost.png", dpi=100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
