@@ -2,7 +2,20 @@
 
 Throughput: one producer (confluent-kafka, librdkafka default batching), --messages 200-byte messages, to a
 1-partition topic with replication factor 1 and acks=1, then to one with replication factor 3,
-min.insync.replicas=2 and acks=all (idempotent); --runs runs each, median and spread.
+min.insync.replicas=2 and acks=all (idempotent); --runs runs each, median and spread. The runs of the settings
+alternate (rf1, rf3, rf1, rf3, ...), so a change in the machine's load hits every setting alike.
+
+Two more settings, measured in the same runs, tell where acks=all loses (they do not change the ratio):
+  - acks=all, idempotent, to the RF-1 topic: the same client behaviour with nothing to replicate. librdkafka's
+    idempotent producer keeps at most 5 *messages* in flight per partition (``rktp_msgs_inflight`` against
+    ``RD_KAFKA_IDEMP_MAX_INFLIGHT``), so with batches of thousands of messages it sends one ProduceRequest per
+    partition and waits for its answer (and its broker thread spins meanwhile): throughput is one batch per
+    round trip, whatever the brokers do.
+  - acks=all, not idempotent, to the RF-3 topic: librdkafka pipelines requests (the broker still handles a
+    connection's requests one at a time, as Kafka does).
+For every setting the result records the most ProduceRequests librdkafka had in flight (its statistics,
+``waitresp_cnt``) and the CPU seconds each process used (/proc), per million messages.
+
 Failover: --rounds rounds of: kill -9 the partition leader of the RF-3 topic, then send one acks=all message
 after another (each waits for its delivery report) until one succeeds; the time from the kill to that success
 is the failover time. It is dominated by zookeeper.session.timeout.ms (how long ZooKeeper takes to declare
@@ -34,11 +47,28 @@ from support import Cluster, wait_until  # noqa: E402
 SIZE = 200
 
 
-def produce(bootstrap: str, topic: str, count: int, conf: dict) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 1_000_000, **conf})
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | None = None) -> dict:
+    """One run: {"msg_s", "max_in_flight" (ProduceRequests awaiting an answer, from librdkafka's statistics),
+    "cpu_s" (CPU seconds of each process in ``pids`` during the run)}."""
+    in_flight = [0]
+
+    def stats(text: str) -> None:
+        for b in json.loads(text)["brokers"].values():
+            in_flight[0] = max(in_flight[0], b["waitresp_cnt"])
+
+    producer = Producer({"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 1_000_000,
+                         "statistics.interval.ms": 200, "stats_cb": stats, **conf})
     producer.produce(topic, b"warm-up")
     producer.flush(30)
+    in_flight[0] = 0
     payload = os.urandom(SIZE)
+    pids = pids or {}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     start = time.perf_counter()
     for _ in range(count):
         while True:
@@ -49,7 +79,9 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict) -> float:
                 producer.poll(0.001)
     if producer.flush(300) != 0:
         raise RuntimeError("messages left undelivered")
-    return count / (time.perf_counter() - start)
+    rate = count / (time.perf_counter() - start)
+    return {"msg_s": rate, "max_in_flight": in_flight[0],
+            "cpu_s": {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}}
 
 
 def failover_once(c: Cluster, topic: str) -> float:
@@ -77,6 +109,17 @@ def failover_once(c: Cluster, topic: str) -> float:
     return elapsed
 
 
+def roles(c: Cluster, topic: str) -> dict[str, int]:
+    """Process ids by role for ``topic``: its leader, its followers, the other brokers, ZooKeeper, this client."""
+    state = c.state(topic, 0)
+    replicas = set(state["isr"])
+    pids = {"client": os.getpid(), "zookeeper": c.zookeeper.proc.pid}
+    for i, b in c.brokers.items():
+        role = "leader" if i == state["leader"] else "follower" if i in replicas else "idle broker"
+        pids[f"{role} {i}"] = b.proc.pid
+    return pids
+
+
 def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
@@ -99,11 +142,23 @@ def main() -> int:
             admin = AdminClient({"bootstrap.servers": c.bootstrap})
             for name, rf, conf in (("rf1", 1, {}), ("rf3", 3, {"min.insync.replicas": "2"})):
                 admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
-            rf1 = [produce(c.bootstrap, "rf1", args.messages, {"acks": 1}) for _ in range(args.runs)]
-            rf3 = [produce(c.bootstrap, "rf3", args.messages, {"acks": "all", "enable.idempotence": True})
-                   for _ in range(args.runs)]
-            results["acks1_rf1_msg_s"] = spread(rf1)
-            results["acksall_rf3_msg_s"] = spread(rf3)
+            wait_until(lambda: len(c.state("rf3", 0)["isr"]) == 3, 60, what="full ISR of rf3")
+            settings = {  # key: (topic, producer config)
+                "acks1_rf1": ("rf1", {"acks": 1}),
+                "acksall_rf3": ("rf3", {"acks": "all", "enable.idempotence": True}),
+                "acksall_rf1_idempotent": ("rf1", {"acks": "all", "enable.idempotence": True}),
+                "acksall_rf3_not_idempotent": ("rf3", {"acks": "all"}),
+            }
+            runs: dict[str, list[dict]] = {key: [] for key in settings}
+            for _ in range(args.runs):
+                for key, (topic, conf) in settings.items():
+                    runs[key].append(produce(c.bootstrap, topic, args.messages, conf, roles(c, topic)))
+            for key, outcomes in runs.items():
+                results[key + "_msg_s"] = spread([o["msg_s"] for o in outcomes])
+                results[key + "_max_in_flight"] = max(o["max_in_flight"] for o in outcomes)
+                results[key + "_cpu_s_per_million"] = {
+                    name: statistics.median(o["cpu_s"].get(name, 0.0) for o in outcomes) * 1e6 / args.messages
+                    for name in outcomes[0]["cpu_s"]}
             print("throughput", results["acks1_rf1_msg_s"], results["acksall_rf3_msg_s"], flush=True)
             results["failover_s"] = spread([failover_once(c, "rf3") for _ in range(args.rounds)])
             print("failover", results["failover_s"], flush=True)
@@ -119,16 +174,48 @@ def main() -> int:
 
 def write(r: dict, out: Path) -> None:
     a, b, f = r["acks1_rf1_msg_s"], r["acksall_rf3_msg_s"], r["failover_s"]
+    rows = [("acks1_rf1", "acks=1, replication factor 1"),
+            ("acksall_rf3", "acks=all, replication factor 3, min.insync.replicas=2, idempotent"),
+            ("acksall_rf1_idempotent", "*diagnostic:* acks=all, idempotent, replication factor 1 (nothing to "
+                                       "replicate)"),
+            ("acksall_rf3_not_idempotent", "*diagnostic:* acks=all, not idempotent, replication factor 3")]
     lines = [
         "# Replication on a local 3-broker cluster (real ZooKeeper, 3 broker processes, one 2-core machine)", "",
         f"Command: `{r['command']}`; {r['messages']:,} messages of {SIZE} bytes per run, one confluent-kafka "
-        "producer with librdkafka's default batching; median [min–max].", "",
-        "| setting | msg/s | MB/s |", "|---|---|---|",
-        f"| acks=1, replication factor 1 | {a['median']:,.0f} [{a['min']:,.0f}–{a['max']:,.0f}] | "
-        f"{a['median'] * SIZE / 1e6:.1f} |",
-        f"| acks=all, replication factor 3, min.insync.replicas=2, idempotent | {b['median']:,.0f} "
-        f"[{b['min']:,.0f}–{b['max']:,.0f}] | {b['median'] * SIZE / 1e6:.1f} |",
-        f"| ratio acks=all RF 3 / acks=1 RF 1 | {b['median'] / a['median']:.2f}x | |", "",
+        "producer with librdkafka's default batching; the settings' runs alternate; median [min–max].", "",
+        "| setting | msg/s | MB/s | most requests in flight |", "|---|---|---|---|",
+    ]
+    for key, label in rows:
+        if key + "_msg_s" not in r:
+            continue
+        m = r[key + "_msg_s"]
+        flight = r.get(key + "_max_in_flight", "")
+        lines.append(f"| {label} | {m['median']:,.0f} [{m['min']:,.0f}–{m['max']:,.0f}] | "
+                     f"{m['median'] * SIZE / 1e6:.1f} | {flight} |")
+    lines += [f"| ratio acks=all RF 3 / acks=1 RF 1 | {b['median'] / a['median']:.2f}x | | |", ""]
+    if "acksall_rf1_idempotent_msg_s" in r:
+        ceiling = r["acksall_rf1_idempotent_msg_s"]["median"]
+        lines += [
+            "The diagnostic rows do not enter the ratio. librdkafka's idempotent producer counts *messages* in flight "
+            "per partition against a limit of 5, so with batches of thousands of messages it keeps one "
+            f"ProduceRequest in flight (measured here: at most {r['acksall_rf3_max_in_flight']} for the goal's "
+            f"setting, {r['acks1_rf1_max_in_flight']} for acks=1) and acks=all idempotent runs at one batch per "
+            f"round trip. With nothing to replicate (RF 1) that is {ceiling:,.0f} msg/s, "
+            f"{ceiling / a['median']:.2f}x of acks=1 RF 1; replicating to two followers costs "
+            f"{1 - b['median'] / ceiling:.0%} of that.", ""]
+    cpu_keys = [key for key, _ in rows if key + "_cpu_s_per_million" in r]
+    if cpu_keys:
+        lines += ["CPU seconds per million messages (median of the runs; /proc):", "",
+                  "| setting | " + " | ".join(["leader", "followers", "client", "zookeeper"]) + " |",
+                  "|---|---|---|---|---|"]
+        for key in cpu_keys:
+            cpu = r[key + "_cpu_s_per_million"]
+            leader = sum(v for k, v in cpu.items() if k.startswith("leader"))
+            followers = sum(v for k, v in cpu.items() if k.startswith("follower"))
+            lines.append(f"| {dict(rows)[key]} | {leader:.2f} | {followers:.2f} | {cpu['client']:.2f} | "
+                         f"{cpu['zookeeper']:.2f} |")
+        lines.append("")
+    lines += [
         f"Failover (kill -9 of the leader → first successful acks=all produce), {len(f['runs'])} rounds, "
         f"zookeeper.session.timeout.ms={r['session_timeout_ms']}: median {f['median']:.2f} s "
         f"[{f['min']:.2f}–{f['max']:.2f}]; rounds: {', '.join(f'{x:.2f}' for x in f['runs'])} s.", "",
@@ -141,9 +228,16 @@ def write(r: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 4))
-    ax1.bar(["acks=1\nRF 1", "acks=all\nRF 3"], [a["median"], b["median"]],
-            yerr=[[a["median"] - a["min"], b["median"] - b["min"]], [a["max"] - a["median"], b["max"] - b["median"]]])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    bars = [(name, r[key + "_msg_s"]) for key, name in (
+        ("acks1_rf1", "acks=1\nRF 1"), ("acksall_rf3", "acks=all\nRF 3\nidempotent"),
+        ("acksall_rf1_idempotent", "acks=all\nRF 1\nidempotent"),
+        ("acksall_rf3_not_idempotent", "acks=all\nRF 3\nnot idemp."))
+        if key + "_msg_s" in r]
+    ax1.bar([n for n, _ in bars], [m["median"] for _, m in bars],
+            color=["C0", "C1", "C7", "C7"][:len(bars)],
+            yerr=[[m["median"] - m["min"] for _, m in bars], [m["max"] - m["median"] for _, m in bars]])
+    ax1.tick_params(axis="x", labelsize=7)
     ax1.set_ylabel("messages / second (200 B)")
     ax1.set_title("Producer throughput, 3 local brokers")
     ax2.plot(range(1, len(f["runs"]) + 1), f["runs"], "o-")
