@@ -39,7 +39,7 @@ SIZE = 200
 MODES = {"at-least-once": [], "records": ["--copy", "records"], "exactly-once": ["--exactly-once"]}
 MODE_TITLES = {"at-least-once": "at-least-once, whole batches (default)",
                "records": "at-least-once, `--copy records` (librdkafka, the path before issue 20)",
-               "exactly-once": "`--exactly-once` (records, transactions)"}
+               "exactly-once": "`--exactly-once` (whole batches in transactions)"}
 GROUP = "logbus-mirror-live"
 
 
@@ -230,31 +230,42 @@ def steady_rate(samples: list[tuple[float, int]], messages: int) -> tuple[float,
     return (n90 - n10) / max(t90 - t10, 1e-9), t90 - t10
 
 
-def lag(source: str, target: str, rate: int, seconds: int) -> dict:
-    total = rate * seconds
+def tail(target: str, total: int, seconds: int, ready, conn) -> None:
+    """In its own process (the paced producer must not share a GIL with it): the lag of every copy of "paced"."""
     consumer = Consumer({"bootstrap.servers": target, "group.id": "bench-lag", "enable.auto.commit": False,
                          "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 0, "isolation.level": "read_committed"})
-    # every copy of "paced" on the target is from this phase (the mirror creates the topic with its first record):
-    # read from the beginning. OFFSET_END resolved once the topic appeared, after the first copies: those were
-    # missed, and the percentiles came from the ~90% that were seen.
+    # every copy of "paced" on the target is from this phase (the mirror creates the topic when a stream is
+    # assigned the source topic): read from the beginning
     consumer.assign([TopicPartition("paced", p, OFFSET_BEGINNING) for p in range(3)])
     consumer.poll(1)
+    ready.set()
     lags: list[float] = []
+    deadline = time.monotonic() + seconds + 60
+    while len(lags) < total and time.monotonic() < deadline:
+        for msg in consumer.consume(10000, 0.2):
+            if not msg.error():
+                lags.append((time.time() - struct.unpack(">d", msg.value()[:8])[0]) * 1000)
+    consumer.close()
+    conn.send(lags)
+    conn.close()
 
-    def tail() -> None:
-        deadline = time.monotonic() + seconds + 60
-        while len(lags) < total and time.monotonic() < deadline:
-            for msg in consumer.consume(10000, 0.2):
-                if not msg.error():
-                    lags.append((time.time() - struct.unpack(">d", msg.value()[:8])[0]) * 1000)
 
-    thread = threading.Thread(target=tail)
-    thread.start()
+def lag(source: str, target: str, rate: int, seconds: int) -> dict:
+    import multiprocessing
+
+    total = rate * seconds
+    ctx = multiprocessing.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    ready = ctx.Event()
+    reader = ctx.Process(target=tail, args=(target, total, seconds, ready, sender))
+    reader.start()
+    sender.close()  # the reader's end only: its death ends recv() below with EOFError
+    ready.wait(60)
     producer = Producer({"bootstrap.servers": source, "linger.ms": 1, "queue.buffering.max.messages": 1_000_000})
     start = time.perf_counter()
     for i in range(total):
         delay = start + i / rate - time.perf_counter()
-        if delay > 0:
+        if delay > 0.001:
             time.sleep(delay)
         while True:
             try:
@@ -265,14 +276,14 @@ def lag(source: str, target: str, rate: int, seconds: int) -> dict:
         if i % 100 == 0:
             producer.poll(0)
     producer.flush(30)
-    thread.join()
-    consumer.close()
+    lags = receiver.recv()
+    reader.join(30)
     if len(lags) < total:  # percentiles of the messages that happened to arrive would flatter the mirror
         raise RuntimeError(f"lag: {total - len(lags)} of {total} messages not readable on the target within "
                            f"{seconds + 60} s: no percentiles")
     lags.sort()
     return {"lag_samples": len(lags), "lag_p50_ms": lags[len(lags) // 2], "lag_p99_ms": lags[int(len(lags) * 0.99)],
-            "lag_max_ms": lags[-1]}
+            "lag_max_ms": lags[-1], "lag_sent_s": round(time.perf_counter() - start, 2)}
 
 
 if __name__ == "__main__":

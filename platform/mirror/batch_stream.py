@@ -25,7 +25,7 @@ import logging
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from broker.protocol.messages import ErrorCode
-from mirror.batches import Provenance, copy_fetched
+from mirror.batches import MAX_BATCH_BYTES, Provenance, copy_fetched
 from mirror.mirror import source_event
 from mirror.wire import Pool, request_module
 
@@ -57,6 +57,7 @@ class BatchStream:
         self.target_of: dict[Key, int] = {}  # target partition of a source partition
         self.provenance: dict[Key, Provenance] = {}
         self.assigned: list[TopicPartition] = []
+        self.prefetched: list[tuple[int, dict[Key, int]]] = []  # the next cycle's fetch, sent, not yet received
         conf = mirror.consumer_config
         self.reset = str(conf.get("auto.offset.reset", "earliest")).lower()
         # the consumer's own fetch settings (librdkafka's names); a partition's share of a cycle is also the most
@@ -65,6 +66,9 @@ class BatchStream:
         self.fetch_max_bytes = int(conf.get("fetch.max.bytes", 50 << 20))
         self.fetch_min_bytes = int(conf.get("fetch.min.bytes", 1))
         self.fetch_wait_ms = int(conf.get("fetch.wait.max.ms", 100))
+        # target batches no larger than a partition's fetch share: offsets are committed after each produce round,
+        # so a crash re-copies at most about this much per partition even when the source's batches are larger
+        self.batch_bytes = min(MAX_BATCH_BYTES, self.partition_fetch_bytes)
 
     # ---- group membership (librdkafka) ------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -111,6 +115,10 @@ class BatchStream:
 
     def _encode(self, key: Key, batch) -> bytes:
         return batch.encode()
+
+    def _round_done(self) -> None:
+        """A produce round inside a cycle was acknowledged (not the cycle's last)."""
+        self._commit()
 
     def _produce_request(self, cls, topic_data):
         return cls(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=topic_data)
@@ -168,14 +176,17 @@ class BatchStream:
                 log.warning("closing the source consumer: %s", exc)
 
     def _cycle(self) -> bool:
-        """One fetch from every source leader and the copy of what came back; True if records were copied."""
-        fetched = self._fetch()
+        """One fetch from every source leader and the copy of what came back; True if records were copied. While
+        a cycle's batches are produced, the next cycle's fetch is already on its way (sent with the positions the
+        cycle will have once the target acknowledged; dropped if they turn out otherwise)."""
+        fetched = self._receive_fetches(self.prefetched) if self.prefetched else self._fetch()
+        self.prefetched = []
         plan: dict[Key, list] = {}
         results = {}
         for key, data in fetched.items():
             copied = copy_fetched(data.records or b"", self.positions[key],
                                   [(a.producer_id, a.first_offset) for a in data.aborted_transactions or ()],
-                                  self.provenance[key])
+                                  self.provenance[key], self.batch_bytes)
             stable = data.last_stable_offset if data.last_stable_offset >= 0 else data.high_watermark
             with self.m.counters.lock:
                 self.m.counters.lag[f"{key[0]}-{key[1]}"] = max(stable - copied.next_offset, 0)
@@ -186,6 +197,7 @@ class BatchStream:
                 self.positions[key] = self.uncommitted[key] = copied.next_offset
         if not plan:
             return False
+        self.prefetched = self._send_fetches({**self.positions, **{k: c.next_offset for k, c in results.items()}})
         self._before_produce(plan)
         targets = self._produce(plan)
         if targets is None:
@@ -207,42 +219,55 @@ class BatchStream:
         return True
 
     def _fetch(self) -> dict:
-        """{partition: PartitionData} with data or nothing new; errors handled (retried next cycle)."""
+        return self._receive_fetches(self._send_fetches(self.positions))
+
+    def _send_fetches(self, positions: dict[Key, int]) -> list[tuple[int, dict[Key, int]]]:
+        """One Fetch to each source leader of ``positions``; returns (leader, the offsets asked) per request sent."""
         cls, module = request_module(FETCH, FETCH_VERSION)
         by_leader: dict[int, dict[str, list]] = {}
-        for key, position in self.positions.items():
+        asked: dict[int, dict[Key, int]] = {}
+        for key, position in positions.items():
             leader = self.source_leader.get(key, -1)
             if leader < 0:
                 continue
+            asked.setdefault(leader, {})[key] = position
             by_leader.setdefault(leader, {}).setdefault(key[0], []).append(module.FetchPartition(
                 partition=key[1], current_leader_epoch=-1, fetch_offset=position, last_fetched_epoch=-1,
                 log_start_offset=-1, partition_max_bytes=self.partition_fetch_bytes))
         if not by_leader:
             self._source_trouble(None, "no leader known")
-            return {}
+            return []
         sent = []
         for leader, topics in by_leader.items():
             request = cls(replica_id=-1, max_wait=datetime.timedelta(milliseconds=self.fetch_wait_ms),
-                          min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes, isolation_level=1, session_id=0, session_epoch=-1,
-                          topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
-                          forgotten_topics_data=(), rack_id="")
+                          min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes, isolation_level=1,
+                          session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                          topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
             try:
                 self.source.get(leader).send(FETCH, FETCH_VERSION, request)
-                sent.append(leader)
-            except OSError as exc:
+                sent.append((leader, asked[leader]))
+            except (OSError, ConnectionError) as exc:
                 self._source_trouble(leader, exc)
+        return sent
+
+    def _receive_fetches(self, sent: list[tuple[int, dict[Key, int]]]) -> dict:
+        """{partition: PartitionData} with data or nothing new, for the partitions still at the offset asked;
+        errors handled (retried next cycle)."""
         out = {}
-        for leader in sent:
+        for leader, asked in sent:
+            conn = self.source.connections.get(leader)
+            if conn is None or not conn.pending:
+                continue  # dropped meanwhile
             try:
-                response = self.source.connections[leader].receive()
+                response = conn.receive()
             except (OSError, ConnectionError) as exc:
                 self._source_trouble(leader, exc)
                 continue
             for topic in response.responses:
                 for p in topic.partitions:
                     key = (topic.topic, p.partition_index)
-                    if key not in self.positions:
-                        continue
+                    if key not in self.positions or self.positions[key] != asked.get(key):
+                        continue  # revoked, or moved since (a prefetch made before a reset)
                     error = ErrorCode(p.error_code)
                     if error == ErrorCode.none:
                         out[key] = p
@@ -292,6 +317,11 @@ class BatchStream:
                         self._refresh_target()
                     except KafkaException as exc:
                         log.warning("mirror stream %d: target metadata: %s", self.index, exc)
+            if k < rounds - 1:  # the records of this round are on the target: their offsets can be committed
+                for key, batches in plan.items():
+                    if k < len(batches) - 1:
+                        self.positions[key] = self.uncommitted[key] = batches[k].last_source_offset + 1
+                self._round_done()
         return targets
 
     def _produce_round(self, cls, module, todo: dict, encoded: dict, targets: dict) -> dict[Key, str]:

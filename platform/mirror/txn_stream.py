@@ -126,6 +126,9 @@ class TransactionalBatchStream(BatchStream):
         self.sequences[target] = (sequence + batch.count) % (1 << 31)
         return batch.encode(self.producer_id, self.producer_epoch, sequence, transactional=True)
 
+    def _round_done(self) -> None:
+        """Nothing: the transaction ends between cycles, with the positions of its last one."""
+
     def _produce_request(self, cls, topic_data):
         return cls(transactional_id=self.txn_id, acks=-1, timeout=datetime.timedelta(seconds=30),
                    topic_data=topic_data)
