@@ -213,8 +213,10 @@ def sample_target(bootstrap: str, samples: list, done: threading.Event, start: f
         while not done.is_set():
             try:
                 total = sum(consumer.get_watermark_offsets(TopicPartition("bulk", p), timeout=5)[1] for p in range(3))
-            except Exception:  # noqa: BLE001 - the topic does not exist yet
-                total = 0
+            except Exception:  # noqa: BLE001 - the topic does not exist yet: a new client (librdkafka would keep
+                total = 0      # the unknown topic in its metadata cache for minutes)
+                consumer.close()
+                consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-sampler"})
             samples.append((time.perf_counter() - start, total))
             done.wait(0.05)
     finally:
