@@ -98,7 +98,8 @@ def write_markdown(results: dict, args, path: Path) -> None:
                  lambda r: f"{r['throughput_msg_s']:,.0f} msg/s ({r['seconds_incl_start']:.1f} s)"),
              row("lag phase: paced producer on live (half the copy rate)", lambda r: f"{r['lag_rate']:,} msg/s "
                  f"for {args.seconds} s"),
-             row("lag live produce → readable on offline (read_committed), p50", lambda r: f"{r['lag_p50_ms']:.1f} ms"),
+             row("lag live produce → readable on offline (read_committed), p50",
+                 lambda r: f"{r['lag_p50_ms']:.1f} ms"),
              row("lag p99", lambda r: f"{r['lag_p99_ms']:.1f} ms"),
              row("lag max", lambda r: f"{r['lag_max_ms']:.1f} ms"), "",
              "Lag percentiles are over every message sent in the lag phase: a message not readable on the target "

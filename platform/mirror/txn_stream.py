@@ -5,10 +5,10 @@ The same guarantees as the record path, with the client side of Kafka's transact
 the stream's transactional id (``logbus-mirror.<source>.<instance>.<stream>``) gets its producer id and epoch
 from InitProducerId on the transaction coordinator, which fences and aborts whatever a previous incarnation
 left open. A transaction spans the fetch cycles of ``--transaction-interval-ms`` (it ends sooner when the stream
-stops or hands partitions over): AddPartitionsToTxn for each target partition it writes, the rewritten batches produced as
-transactional batches with the producer's id, epoch and per-partition sequence numbers (a resent batch is a
-duplicate the broker drops), then AddOffsetsToTxn + TxnOffsetCommit of the consumed source positions under the
-mirror's group on the *target* (generation -1), and EndTxn. Starting offsets come from the target's committed
+stops or hands partitions over): AddPartitionsToTxn for each target partition it writes, the rewritten batches
+produced as transactional batches with the producer's id, epoch and per-partition sequence numbers (a resent
+batch is a duplicate the broker drops), then AddOffsetsToTxn + TxnOffsetCommit of the consumed source positions
+under the mirror's group on the *target* (generation -1), and EndTxn. Starting offsets come from the target's committed
 offsets (``require_stable``: an open transaction's offsets are waited for), else the source group's, else
 ``auto.offset.reset``. Any failure aborts the open transaction (best effort: a new epoch aborts it anyway) and the
 stream restarts from the target's committed offsets.

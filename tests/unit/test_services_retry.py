@@ -138,7 +138,8 @@ class FakeCheckpoints:
 
 @pytest.fixture
 def mirror():
-    m = Mirror({"bootstrap.servers": NOWHERE}, {"bootstrap.servers": NOWHERE}, "pv", source_name="live", copy="records")
+    m = Mirror({"bootstrap.servers": NOWHERE}, {"bootstrap.servers": NOWHERE}, "pv", source_name="live",
+               copy="records")
     m.checkpoints = FakeCheckpoints()
     m._source_partition_cache["pv"] = 1
     m.target_partitions["pv"] = 1
