@@ -46,6 +46,7 @@ class BatchStream:
         self.index = index
         self.backoff = backoff
         self.failed = False
+        self.held = False  # a refused commit holds the copy (at-least-once: duplicates stay within one round)
         client_id = f"logbus-mirror-{mirror.source_name}-{index}"
         self.source = Pool(client_id)
         self.target = Pool(client_id)
@@ -76,6 +77,7 @@ class BatchStream:
         if partitions:
             consumer.pause(partitions)
         self.assigned = list(partitions)
+        self.held = False
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit()  # what the target has: the next owner starts after it
@@ -158,6 +160,11 @@ class BatchStream:
                 self._start_assigned()
             if not self.positions:
                 continue
+            if self.held:  # the last commit was refused: copy nothing more until it goes through or the
+                self._commit()  # group moves the partitions (a member the group dropped would copy in vain)
+                if self.held:
+                    self.m.stop_event.wait(0.1)
+                    continue
             if self._cycle():
                 self.backoff.reset()
             self._commit()
@@ -374,6 +381,7 @@ class BatchStream:
         commit keeps them for the next one (:meth:`mirror.mirror.Mirror._commit`)."""
         if self.uncommitted and self.consumer is not None:
             self.m._commit(self.consumer, self.uncommitted)
+            self.held = bool(self.uncommitted)  # refused (kept for the next try): hold the copy meanwhile
 
 
 def run_stream(mirror, index: int, backoff) -> None:
