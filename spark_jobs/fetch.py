@@ -22,14 +22,16 @@ setting this client would ignore). Runs on the executors; ``broker`` (``platform
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mirror.wire import Connection
 
 FETCH, METADATA = (1, 12), (3, 9)
 IDLE_LIMIT_S = 60.0
 PARTITION_MAX_BYTES = 8 << 20
-_SIZE = struct.Struct(">i")
 # client settings that do not change what is read or how it is reached (librdkafka's names)
 HARMLESS = {"bootstrap.servers", "group.id", "enable.auto.commit", "enable.partition.eof", "isolation.level",
             "security.protocol", "client.id", "fetch.max.bytes", "socket.timeout.ms"}
@@ -48,43 +50,6 @@ def supports(conf: dict) -> bool:
     if str(conf.get("security.protocol", "plaintext")).lower() != "plaintext":
         return False
     return all(k in HARMLESS for k in conf)
-
-
-class Connection:
-    """One blocking connection, one request at a time."""
-
-    def __init__(self, host: str, port: int, client_id: str, timeout: float = 30.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client_id, self.correlation = client_id, 0
-
-    def call(self, api: tuple[int, int], body):
-        from broker.protocol import codec
-
-        self.correlation += 1
-        self.sock.sendall(codec.encode_request(api[0], api[1], self.correlation, self.client_id, body))
-        size = _SIZE.unpack(self._read(4))[0]
-        got, response = codec.decode_response(api[0], api[1], self._read(size))
-        if got != self.correlation:
-            raise ConnectionError("correlation id mismatch")
-        return response
-
-    def _read(self, n: int) -> memoryview:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        pos = 0
-        while pos < n:
-            got = self.sock.recv_into(view[pos:], n - pos)
-            if not got:
-                raise ConnectionError("connection closed by the broker")
-            pos += got
-        return view.toreadonly()
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def _request(api: tuple[int, int], **fields):
@@ -122,12 +87,14 @@ class PartitionFetcher:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
+                from mirror.wire import Connection  # the mirror's blocking client (platform/ is on the path)
+
                 conn = Connection(host, port, self.client_id)
             except OSError as exc:
                 last = exc
                 continue
             try:
-                md = conn.call(METADATA, _request(METADATA, topics=(_nested(METADATA, "MetadataRequestTopic",
+                md = conn.call(*METADATA, _request(METADATA, topics=(_nested(METADATA, "MetadataRequestTopic",
                                                                              name=self.topic),),
                                                   allow_auto_topic_creation=False,
                                                   include_cluster_authorized_operations=False,
@@ -150,6 +117,8 @@ class PartitionFetcher:
     def fetch(self, offset: int):
         """One Fetch of this partition from ``offset``: the response's PartitionData."""
         if self.conn is None:
+            from mirror.wire import Connection
+
             self.conn = Connection(*self._leader(), self.client_id)
         partition = _nested(FETCH, "FetchPartition", partition=self.partition, current_leader_epoch=-1,
                             fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
@@ -159,7 +128,7 @@ class PartitionFetcher:
                            topics=(_nested(FETCH, "FetchTopic", topic=self.topic, partitions=(partition,)),),
                            forgotten_topics_data=(), rack_id="")
         try:
-            response = self.conn.call(FETCH, request)
+            response = self.conn.call(*FETCH, request)
         except BaseException:
             self.close()
             raise

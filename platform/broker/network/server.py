@@ -121,18 +121,17 @@ class Responses:
         """:meth:`add` of a response that is one ``bytes`` (the hot path: Produce answers)."""
         self.parts.append(data)
         self.size += len(data)
-        self.count += 1
-        if self.count >= self.FLUSH_COUNT or self.size >= self.FLUSH_BYTES:
-            self.flush()
-        elif not self.scheduled:
-            self.scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        self._added()
 
     def add(self, parts: list) -> None:
         for part in parts:
             data = part if isinstance(part, (bytes, bytearray)) else part.read()
             self.parts.append(data)
             self.size += len(data)
+        self._added()
+
+    def _added(self) -> None:
+        """One more response buffered: write now when enough is waiting, else once the loop is idle."""
         self.count += 1
         if self.count >= self.FLUSH_COUNT or self.size >= self.FLUSH_BYTES:
             self.flush()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 
 from broker.protocol.guard import MalformedRequest
+from broker.protocol.guard import read_uvarint as _uvarint
 
 VERSIONS = range(3, 10)
 _I16 = struct.Struct(">h").unpack_from
@@ -56,23 +57,6 @@ class PartitionProduceData:
 
     def __repr__(self) -> str:
         return f"PartitionProduceData(index={self.index}, records=<{None if self.records is None else len(self.records)} bytes>)"
-
-
-def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
-    if pos < end and buf[pos] < 0x80:
-        return buf[pos], pos + 1
-    shift = result = 0
-    while True:
-        if pos >= end:
-            raise MalformedRequest("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise MalformedRequest("varint longer than 5 bytes")
 
 
 def _skip_tags(buf, pos: int, end: int) -> int:
