@@ -61,7 +61,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "platform"), str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "platform"), str(REPO / "tests"), str(REPO / "bench")]
+from benchkit.topology_run import down_and_sweep, http_session, logbus  # noqa: E402
 
 NAME = "pipeline_benchmark"
 TOPIC = "page-views"
@@ -162,20 +163,6 @@ def worker(spec: dict) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- sampling
-def logbus(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
-    return subprocess.run([sys.executable, "-m", "logbus.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def http_session():
-    import requests
-
-    http = requests.Session()
-    http.trust_env = False  # loopback: never through a proxy
-    return http
-
-
 def prom_values(http, urls: list[str], name: str, **labels) -> float | None:
     """The sum of the samples of metric ``name`` (labels matching) on the /metrics pages ``urls``; None if one is
     unreachable or none has it."""
@@ -555,7 +542,6 @@ def healthy_status(state: Path) -> dict | None:
 
 
 def run(args, out: Path, command: str) -> int:
-    from logbus.local import leftovers
     from support import wait_until
     from topology_checks import fresh_loopback
 
@@ -699,17 +685,9 @@ def run(args, out: Path, command: str) -> int:
                 p.kill()
         if sampler is not None:
             sampler.close()
-        down = logbus("down", "--state-dir", str(state), timeout=300)
-        left = leftovers(state.resolve())
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if left or down.returncode != 0:
-            print(f"logbus down: exit {down.returncode}, processes left behind: {left}", file=sys.stderr)
+        results["down"] = down_and_sweep(state)
+        if results["down"]["left_behind"] or results["down"]["exit"] != 0:
             code = 1
-        results["down"] = {"exit": down.returncode, "left_behind": left}
         results["finished"] = datetime.datetime.now().isoformat("T", "seconds")
         import shutil
 

@@ -45,7 +45,8 @@ import urllib.parse
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "platform"), str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "platform"), str(REPO / "tests"), str(REPO / "bench")]
+from benchkit.topology_run import down_and_sweep, http_session, logbus  # noqa: E402
 
 import requests  # noqa: E402
 from support import free_port, wait_until  # noqa: E402
@@ -68,20 +69,8 @@ EXTRA = {
 NAME = "prometheus_broker_kill"
 
 
-def logbus(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
-    return subprocess.run([sys.executable, "-m", "logbus.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def utc(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def http_session() -> requests.Session:
-    http = requests.Session()
-    http.trust_env = False  # loopback: never through a proxy
-    return http
 
 
 def query(http, prom: str, expr: str) -> list:
@@ -325,7 +314,6 @@ def healthy_status(state: Path) -> dict | None:
 
 
 def run_topology(args, out: Path, command: str) -> int:
-    from logbus.local import leftovers
     from topology_checks import check_prometheus, fresh_loopback
 
     for binary in ("prometheus", "chromium"):
@@ -442,17 +430,9 @@ def run_topology(args, out: Path, command: str) -> int:
         code = 0 if shot["drawn"] and not shot["errors"] else 1
         results["outcome"] = "completed" if code == 0 else f"the graph page showed errors: {shot['errors']}"
     finally:
-        down = logbus("down", "--state-dir", str(state), timeout=300)
-        left = leftovers(state.resolve())
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if left or down.returncode != 0:
-            print(f"logbus down: exit {down.returncode}, processes left behind: {left}", file=sys.stderr)
+        results["down"] = down_and_sweep(state)
+        if results["down"]["left_behind"] or results["down"]["exit"] != 0:
             code = 1
-        results["down"] = {"exit": down.returncode, "left_behind": left}
         if args.keep_data and (state / "offline-prometheus" / "data").is_dir():
             shutil.copytree(state / "offline-prometheus" / "data", args.keep_data, dirs_exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
