@@ -42,11 +42,19 @@ class TransactionalBatchStream(BatchStream):
         self.sequences: dict[tuple[str, int], int] = {}
         self.in_txn: set[tuple[str, int]] = set()  # target partitions added to the open transaction
         self.txn_started = 0.0
+        self.coordinators: dict[tuple[str, int], int] = {}  # (key, key type) -> node id
         self.offsets = Consumer({**mirror.target, "group.id": self.group, "enable.auto.commit": False,
                                  "isolation.level": "read_committed"})
 
     # ---- coordinators ------------------------------------------------------------------------------------------
     def _coordinator(self, key: str, key_type: int) -> int:
+        """The coordinator's node id, asked once and kept until it answers NOT_COORDINATOR or the like."""
+        node = self.coordinators.get((key, key_type))
+        if node is None:
+            node = self.coordinators[(key, key_type)] = self._find_coordinator(key, key_type)
+        return node
+
+    def _find_coordinator(self, key: str, key_type: int) -> int:
         cls, _ = request_module(FIND_COORDINATOR, 1)
         deadline = time.monotonic() + API_TIMEOUT_S
         while True:
@@ -72,6 +80,8 @@ class TransactionalBatchStream(BatchStream):
                 return response
             if error not in RETRIABLE_COORDINATOR or time.monotonic() > deadline or self.m.stop_event.is_set():
                 raise KafkaException(f"{self.txn_id}: api {api_key} refused: {error.name}")
+            if error != ErrorCode.concurrent_transactions:  # the coordinator moved or is loading: ask again
+                self.coordinators.pop((key or self.txn_id, key_type), None)
             self.m.stop_event.wait(delay)
             delay = min(delay * 2, 0.5)
 
