@@ -398,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                "restarts none); until SIGTERM")
     airflow.set_defaults(func=_airflow)
 
+    from logbus import postgres, spark_cluster  # their verbs: spark-master, spark-worker, postgres
+
+    spark_cluster.add_parsers(verbs)
+    postgres.add_parsers(verbs)
+
     state_help = "where the topology keeps data, configs, logs and pids (default state/topology)"
     up = verbs.add_parser("up", help="run the two-datacenter topology as local processes (keeps data)")
     up.add_argument("--topology", help="topology JSON (default topology/default.json)")
