@@ -1,12 +1,14 @@
-"""Memory and CPU of the default two-datacenter topology on this machine, under demo load and at idle.
+"""Memory and CPU of a topology on this machine (the default two-datacenter one, or --topology, e.g.
+topology/three-dc.json), under demo load and at idle.
 
-Starts ``logbus up`` (default topology, a temporary state directory), waits --settle seconds, then samples every
+Starts ``logbus up`` (a temporary state directory), waits --settle seconds, then samples every
 process of the topology (found by the LOGBUS_TOPOLOGY_STATE marker in its environment, children included) for
 --seconds: RSS (sum, per service kind) and CPU (process CPU seconds / wall seconds). Then it stops the demo
 frontends and samples again ("idle": brokers, ZooKeeper, mirror, counters, registry, audit service and Airflow
 running, no traffic). Finally ``logbus down``.
 
-Usage: .venv/bin/python bench/topology_resources.py [--seconds 60] [--settle 30]
+Usage: .venv/bin/python bench/topology_resources.py [--seconds 60] [--settle 30] [--topology FILE]
+Results: bench/results/topology_resources.{json,md} (default topology) or topology_resources_<topology name>.*
 """
 
 from __future__ import annotations
@@ -39,12 +41,12 @@ def kind_of(proc: psutil.Process, pid_kinds: dict[int, str]) -> str:
     return "other"
 
 
-def sample(state: Path, seconds: float) -> dict:
+def sample(state: Path, seconds: float, kinds: dict[str, str]) -> dict:
+    """``kinds``: service name -> the kind it is counted under."""
     pid_kinds = {}
     for rec in (state / "pids").glob("*.json"):
-        name = rec.stem
-        kind = name.split("-", 1)[1].rstrip("0123456789")
-        pid_kinds[json.loads(rec.read_text())["pid"]] = kind
+        if rec.stem in kinds:
+            pid_kinds[json.loads(rec.read_text())["pid"]] = kinds[rec.stem]
     procs = {pid: psutil.Process(pid) for pid in leftovers(state)}
     cpu0 = {}
     for pid, p in procs.items():
@@ -94,7 +96,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--settle", type=float, default=30)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--topology", help="topology JSON (default topology/default.json)")
     args = parser.parse_args()
+    from logbus.topology import load, services
+
+    topo = load(args.topology)
+    stem = "topology_resources" if not args.topology else f"topology_resources_{topo.get('name', 'topology')}"
     env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
     logbus = [sys.executable, "-m", "logbus.cli"]
     results: dict = {"command": "python bench/topology_resources.py " + " ".join(sys.argv[1:]),
@@ -104,24 +111,31 @@ def main() -> int:
         state = Path(tmp) / "state"
         try:
             t = time.monotonic()
-            out = subprocess.run([*logbus, "up", "--state-dir", str(state)], env=env, capture_output=True, text=True)
+            out = subprocess.run([*logbus, "up", "--state-dir", str(state),
+                                  *(["--topology", args.topology] if args.topology else [])],
+                                 env=env, capture_output=True, text=True)
             if out.returncode != 0:
                 print(out.stdout, out.stderr)
                 return 1
             results["up_seconds"] = round(time.monotonic() - t, 1)
+            # a service counts under its kind; a mirror under its source ("mirror-live"), as the first results did
+            kinds = {sv.name: sv.kind + (f"-{sv.name.rsplit('-mirror-', 1)[1]}" if sv.kind == "mirror" else "")
+                     for sv in services(topo, "local", state)}
+            kinds = {k: {"counter": "audit-counter", "audit": "audit-service", "lag": "lag-exporter"}.get(v, v)
+                     for k, v in kinds.items()}
             time.sleep(args.settle)
-            results["demo_load"] = sample(state, args.seconds)
+            results["demo_load"] = sample(state, args.seconds, kinds)
             print("demo load:", json.dumps(results["demo_load"]), flush=True)
             for rec in (state / "pids").glob("*frontend*.json"):
                 os.killpg(json.loads(rec.read_text())["pid"], signal.SIGTERM)
             time.sleep(10)
-            results["idle"] = sample(state, args.seconds)
+            results["idle"] = sample(state, args.seconds, kinds)
             print("idle:", json.dumps(results["idle"]), flush=True)
         finally:
             subprocess.run([*logbus, "down", "--state-dir", str(state)], env=env, capture_output=True, text=True)
     out_dir = Path(args.out)
-    (out_dir / "topology_resources.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = ["# Resources of the default topology", "",
+    (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = [f"# Resources of the {'default' if not args.topology else topo.get('name')} topology", "",
              f"Command: `{results['command']}` on {results['machine']['cores']} cores, "
              f"{results['machine']['memory_gb']} GiB. `logbus up` took {results['up_seconds']} s.", "",
              "CPU: of the topology's processes alive at the end of the window (short-lived Airflow task processes and",
@@ -137,7 +151,7 @@ def main() -> int:
         lines += ["", f"{phase.replace('_', ' ')} by service kind: RSS MB at peak "
                   + ", ".join(f"{k} {v}" for k, v in r["rss_mb_by_kind_at_peak"].items())
                   + "; CPU % " + ", ".join(f"{k} {v}" for k, v in r["cpu_percent_by_kind"].items()) + "."]
-    (out_dir / "topology_resources.md").write_text("\n".join(lines) + "\n")
+    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

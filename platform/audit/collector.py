@@ -111,10 +111,14 @@ class AuditStore:
         self.malformed: Counter = Counter()
         self.read = 0
 
-    def add(self, event: dict) -> None:
+    def add(self, event: dict, origin: str | None = None) -> None:
+        """``origin``: the cluster whose ``_audit`` held the event; a PRODUCED event keeps it (``origin``), so the
+        reconciliation knows which datacenter each producer wrote to (mirrors never copy ``_audit``)."""
         with self.lock:
             self.read += 1
             if event["kind"] == PRODUCED:
+                if origin is not None:
+                    event["origin"] = origin
                 key = (event["producer_id"], event["topic"], event["window_start"], event["first_seq"],
                        event["last_seq"])
                 self.produced[key] = event
@@ -217,7 +221,7 @@ class ClusterReader(threading.Thread):
     def _handle(self, value: bytes | None) -> bool:
         while not self.stopping.is_set():
             try:
-                self.store.add(self.decoder.decode(value))
+                self.store.add(self.decoder.decode(value), self.cluster)
                 return True
             except Malformed as exc:
                 self.store.count_malformed(exc.reason)
@@ -274,7 +278,7 @@ def read_once(clusters: dict[str, str], registry: str | dict, topic: str = AUDIT
     for name, bootstrap in clusters.items():
         for m in read_to_end(bootstrap, topic, f"logbus-audit-batch-{name}", timeout_s, client_conf):
             try:
-                store.add(decoder.decode(m.value()))
+                store.add(decoder.decode(m.value()), name)
             except Malformed as exc:
                 store.count_malformed(exc.reason)
     return store

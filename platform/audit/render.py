@@ -18,8 +18,13 @@ def utc_time(ms: int) -> str:
 
 
 def tier_order(rows: list[dict], preferred: list[str] | None = None) -> list[str]:
+    """The preferred tiers first, each followed by its per-source rows (``<tier>/<source>``), then the rest."""
     seen = {r["tier"] for r in rows}
-    first = [t for t in (preferred or []) if t in seen]
+    first = []
+    for t in preferred or []:
+        if t in seen:
+            first.append(t)
+        first.extend(sorted(s for s in seen if s.startswith(f"{t}/") and s not in first))
     return first + sorted(seen - set(first))
 
 

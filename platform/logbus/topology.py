@@ -29,6 +29,7 @@ from logbus import secure_topology as secure
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "topology" / "default.json"
 SECURE = REPO / "topology" / "secure.json"  # the same with SASL_SSL, ACLs, HTTPS and logins (logbus.secure_topology)
+THREE_DC = REPO / "topology" / "three-dc.json"  # two live datacenters mirrored into one offline datacenter
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
 # (an ensemble's ZooKeeper nodes are .10, .11, ...)
 OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "lag": 32, "audit": 40, "airflow": 50,
@@ -152,6 +153,13 @@ def _registries(n: _Names, dc: str, spec: dict) -> list[tuple[str, str]]:
     return out
 
 
+def _mirror_group(dc: str, source: str, sources: list[str]) -> str:
+    """The consumer group of ``dc``'s mirror of ``source``: ``mirror-<dc>``, or ``mirror-<dc>-<source>`` when
+    ``dc`` mirrors several datacenters. The exactly-once mirror commits the source offsets under this name on the
+    *target*, so two sources must never share one (their partitions' offsets would overwrite each other)."""
+    return f"mirror-{dc}" if len(sources) <= 1 else f"mirror-{dc}-{source}"
+
+
 def _props(values: dict) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
@@ -272,7 +280,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                files={"registry.properties": _props(config)}, depends_on=deps,
                                health=(scheme, port, "/subjects"), port=port, url=f"{scheme}://{host}:{port}",
                                published=published))
-        for index, source in enumerate(spec.get("mirror_from", [])):
+        sources = spec.get("mirror_from", [])
+        for index, source in enumerate(sources):
             if source not in dcs:
                 raise TopologyError(f"{dc}: mirror_from names an unknown datacenter {source!r}")
             name = f"{dc}-mirror-{source}"
@@ -287,7 +296,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                   if spec.get("mirror_exactly_once") else [])],
                 # a crashed mirror's partitions are reassigned after its session times out: 10 s, not 45
                 files={"consumer.properties": _props({"bootstrap.servers": remote[source],
-                                                      "group.id": f"mirror-{dc}", "session.timeout.ms": 10000,
+                                                      "group.id": _mirror_group(dc, source, sources),
+                                                      "session.timeout.ms": 10000,
                                                       **client(f"mirror-{dc}")}),
                        "producer.properties": _props({"bootstrap.servers": bootstrap[dc], **client(f"mirror-{dc}")})},
                 depends_on=broker_names + [f"{source}-broker{i}"
@@ -295,7 +305,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
         if any(s.get("prometheus") for s in dcs.values()):
             # every consumer group's lag (the exactly-once mirror's group holds the source's offsets: left out)
             name, host = f"{dc}-lag-exporter", n.host(dc, "lag")
-            exclude = f"mirror-{dc}" if spec.get("mirror_exactly_once") else None
+            exclude = ("|".join(_mirror_group(dc, source, spec["mirror_from"]) for source in spec["mirror_from"])
+                       if spec.get("mirror_exactly_once") and spec.get("mirror_from") else None)
             secured = ["--command-config", f"{n.config_dir(name)}/client.properties"] if sec else []
             out.append(Service(name, dc, "lag", host, [
                 "lag-exporter", "--bootstrap-server", bootstrap[dc],

@@ -2,9 +2,9 @@
 target, together with the source offsets it consumed.
 
 The offsets live in the *target* cluster, committed by the transaction (TxnOffsetCommit) under the mirror's
-group name (``logbus-mirror-<source>``) with generation -1: a consumer on the target that never subscribes
-supplies that group metadata, and reads the committed offsets back (read_committed: an open transaction's
-offsets are waited for, UNSTABLE_OFFSET_COMMIT). The source group only spreads partitions over the streams; on
+consumer group's name (``group.id``: a target that mirrors several sources needs one group per source) with
+generation -1: a consumer on the target that never subscribes supplies that group metadata, and reads the
+committed offsets back (read_committed: an open transaction's offsets are waited for, UNSTABLE_OFFSET_COMMIT). The source group only spreads partitions over the streams; on
 every assignment a stream starts each partition from the target's committed offset (else from the source
 group's committed offset, so a mirror switched from at-least-once continues where it was, else
 ``auto.offset.reset``). Readers of the offline cluster with ``isolation.level=read_committed`` (librdkafka's

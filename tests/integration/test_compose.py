@@ -60,3 +60,27 @@ def test_the_secure_variant_validates_and_waits_for_security_init():
         assert mounts == {"/etc/logbus/secrets": name != "security-init"}, (name, svc["volumes"])
         if name.startswith(("live-broker", "offline-broker")):
             assert svc["depends_on"]["security-init"]["condition"] == "service_completed_successfully"
+
+
+def test_the_three_datacenter_variant_validates_with_a_mirror_and_a_group_per_source():
+    """docker-compose.three-dc.yml (topology/three-dc.json): valid, the same services as the topology; the offline
+    datacenter runs one mirror per live datacenter, each in a consumer group of its own (the exactly-once mirror
+    keeps its source offsets under that group on the offline cluster: one group for both would mix them)."""
+    import yaml
+
+    from logbus.topology import THREE_DC
+
+    binary = shutil.which("docker-compose")
+    assert binary, "docker-compose is not installed (scripts/setup installs Debian's docker-compose)"
+    out = subprocess.run([binary, "-f", str(REPO / "docker-compose.three-dc.yml"), "config"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    resolved = yaml.safe_load(out.stdout)["services"]
+    assert sorted(resolved) == sorted(s.name for s in services(load(THREE_DC), "compose"))
+    groups = {}
+    for source in ("live-east", "live-west"):
+        assert f"offline-mirror-{source}" in resolved
+        props = (REPO / "docker" / "config-three-dc" / f"offline-mirror-{source}" / "consumer.properties").read_text()
+        groups[source] = dict(line.split("=", 1) for line in props.splitlines())["group.id"]
+        assert f"{source}-frontend1" in resolved and f"{source}-audit-counter" in resolved
+    assert groups == {"live-east": "mirror-offline-live-east", "live-west": "mirror-offline-live-west"}

@@ -80,6 +80,39 @@ def test_service_config_parse_time_and_select():
     assert {(r["window_start"], r["tier"]) for r in select(rows, "b", 5, 15, "live")} == {(0, "live"), (10, "live")}
 
 
+def test_two_source_datacenters_each_tier_per_source_and_the_warehouse_against_the_sum():
+    from audit.collector import AuditStore
+    from audit.render import tier_order
+
+    store = AuditStore()  # each producer's PRODUCED event read from its own datacenter's _audit
+    store.add(produced("pv", 0, "east1", 0, 99), "live-east")
+    store.add(produced("pv", 0, "west1", 0, 49), "live-west")
+    for event in [tier("live-east", "pv", 0, "east1", [[0, 99]], 100, []),
+                  tier("live-west", "pv", 0, "west1", [[0, 49]], 50, []),
+                  tier("offline", "pv", 0, "east1", [[0, 99]], 100, []),
+                  tier("offline", "pv", 0, "west1", [[0, 29]], 30, []),  # live-west's 30..49 not mirrored yet
+                  tier("warehouse", "pv", 0, "east1", [[0, 99]], 100, []),
+                  tier("warehouse", "pv", 0, "west1", [[0, 29]], 30, [])]:
+        store.add(event, "offline")
+    rows = {r.tier: r for r in reconcile(store.events(), now_ms=10**9, grace_ms=0)}
+    assert (rows["live-east"].expected, rows["live-east"].status) == (100, "complete")  # its own producers only
+    assert (rows["live-west"].expected, rows["live-west"].status) == (50, "complete")
+    assert (rows["offline"].expected, rows["offline"].missing, rows["offline"].status) == (150, 20, "lost")
+    assert (rows["offline/live-east"].expected, rows["offline/live-east"].status) == (100, "complete")
+    west = rows["offline/live-west"]
+    assert (west.expected, west.received, west.missing, west.missing_sequences) == (50, 30, 20, {"west1": [[30, 49]]})
+    assert (rows["warehouse"].expected, rows["warehouse"].received, rows["warehouse"].missing) == (150, 130, 20)
+    order = tier_order([r.as_dict() for r in rows.values()], ["live-east", "live-west", "offline", "warehouse"])
+    assert order == ["live-east", "live-west", "offline", "offline/live-east", "offline/live-west", "warehouse",
+                     "warehouse/live-east", "warehouse/live-west"]
+
+
+def test_one_source_datacenter_keeps_one_row_per_tier():
+    events = [dict(produced("pv", 0, "p", 0, 9), origin="live"), tier("live", "pv", 0, "p", [[0, 9]], 10, []),
+              tier("offline", "pv", 0, "p", [[0, 9]], 10, [])]
+    assert sorted(r.tier for r in reconcile(events, now_ms=10**9, grace_ms=0)) == ["live", "offline"]
+
+
 def test_store_keeps_the_latest_snapshot_and_counts_malformed():
     from audit.collector import AuditStore
 
