@@ -4,7 +4,18 @@
     schema.registry.url=http://127.0.0.1:8081
     warehouse.path=file:///var/lib/logbus/warehouse   (hdfs://, s3a:// work through Hadoop's FileSystem)
     topics=page-views,clicks                    or topics.pattern=<regex> (default: every topic not starting '_')
-    spark.master=local[2]                       any other spark.* key goes to the Spark session
+    spark.master=local[2]                       (default) Spark in the job's own JVM: local[2], local[*] (every core);
+                                                or a standalone cluster, spark://host:7077 (``logbus spark-master``
+                                                and ``logbus spark-worker``): the partitions are read on its
+                                                executors. The job's code reaches them as a zip (addPyFile, see
+                                                spark_jobs.packaging); their Python is the driver's PYSPARK_PYTHON.
+                                                On a cluster of several machines warehouse.path must be a shared
+                                                filesystem (hdfs://, s3a://): executors write the Parquet files
+                                                and the driver moves them; file:// works on one machine only
+    spark.cores.max=2, spark.executor.memory=512m, spark.executor.cores=1   (cluster) what the load takes of it
+    spark.driver.host=127.0.0.1                 (the default, with spark.driver.bindAddress) where executors reach
+                                                the driver: an address of this machine they can connect to
+    spark.*                                     any other spark.* key goes to the Spark session
     load.max.records.per.partition=1000000      larger partition ranges are split into several Spark partitions
     audit.window.ms=60000                       the producers' audit.window.ms
     audit.grace.ms=60000

@@ -16,8 +16,8 @@ Semantics are those of the librdkafka path (:func:`spark_jobs.source.read_range`
   before ``until``, or 60 s without progress (a broker that stays away, a transaction left open).
 
 Only PLAINTEXT: :func:`supports` tells the source to use librdkafka for SSL and SASL (and any other client
-setting this client would ignore). Runs on the executors; ``broker`` (``platform/``) is on their path
-(:func:`spark_jobs.load.session`).
+setting this client would ignore). Runs on the executors; ``broker.protocol`` and ``mirror`` reach them in
+the zip of :mod:`spark_jobs.packaging`.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class PartitionFetcher:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                from mirror.wire import Connection  # the mirror's blocking client (platform/ is on the path)
+                from mirror.wire import Connection  # the mirror's blocking client (in the pyFiles zip)
 
                 conn = Connection(host, port, self.client_id)
             except OSError as exc:

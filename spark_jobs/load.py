@@ -17,21 +17,22 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-
 from spark_jobs import faults
 from spark_jobs.config import LoadConfig
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def session(config: LoadConfig):
-    """A Spark session with the ``logbus`` source registered; Python workers import this repository."""
+    """A Spark session with the ``logbus`` source registered, on ``config.master`` (``local[*]`` or a standalone
+    cluster's ``spark://host:port``). The code the tasks import reaches the Python workers as one zip through
+    Spark's own mechanism (:mod:`spark_jobs.packaging`, ``addPyFile``), the same on every master; their Python is
+    the driver's (``PYSPARK_PYTHON``, default this interpreter), which a cluster's machines must have at that path.
+
+    The driver listens on 127.0.0.1 (``spark.driver.host``/``bindAddress``): executors on this machine reach it; on
+    other machines set both to an address they can reach (any ``spark.*`` key of the config wins)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    paths = [str(REPO), str(REPO / "platform")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                                        if p and p not in paths])
     from pyspark.sql import SparkSession
+
+    from spark_jobs import packaging
 
     builder = (SparkSession.builder.master(config.master).appName("logbus-load")
                .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
@@ -42,6 +43,7 @@ def session(config: LoadConfig):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.addPyFile(str(packaging.build()))
     from spark_jobs.source import LogbusDataSource
 
     spark.dataSource.register(LogbusDataSource)
