@@ -14,13 +14,20 @@ produced through the AuditedProducer. Then, with one Spark session (``local[2]``
 Each side is run --runs times (fresh warehouse each time); medians are reported, MB are the Avro value bytes read
 from the brokers (the same payload count for all sides).
 
-Usage: .venv/bin/python bench/load_benchmark.py [--messages 1000000] [--runs 3]
+With ``--cluster-workers 1,2`` the same broker load (default fetch path, the same records) then runs on a Spark
+standalone cluster of that many workers, each started as the topology would (``logbus spark-master``,
+``logbus spark-worker --cores --worker-cores --memory --worker-memory``) on loopback: the driver (this process) plans
+and publishes, the executors read, decode and write; the job's code reaches them as the pyFiles zip. One cluster
+per size, started and stopped in turn (their start-up is not timed), --runs runs on each.
+
+Usage: .venv/bin/python bench/load_benchmark.py [--messages 1000000] [--runs 3] [--cluster-workers 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -31,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "platform"), str(REPO)]
 
-from support import BrokerProcess, RegistryProcess  # noqa: E402
+from support import BrokerProcess, LogbusProcess, RegistryProcess, free_port  # noqa: E402
 
 SCHEMA = {"type": "record", "name": "PageView", "namespace": "bench", "fields": [
     {"name": "member", "type": "long"}, {"name": "page", "type": "string"},
@@ -71,18 +78,72 @@ def produce(bootstrap: str, registry_url: str, topic: str, n: int) -> int:
     return total
 
 
+class StandaloneCluster:
+    """``logbus spark-master`` and ``workers`` × ``logbus spark-worker`` on loopback, stopped by pid."""
+
+    def __init__(self, root: Path, workers: int, cores: int, memory: str):
+        self.port, self.webui = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.master = LogbusProcess(root / "master", "spark-master", [
+            "spark-master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui),
+            "--work-dir", str(root / "master")])
+        self.workers = [LogbusProcess(root / f"worker{i}", "spark-worker", [
+            "spark-worker", "--master", self.url, "--host", "127.0.0.1", "--webui-port", str(free_port()),
+            "--cores", str(cores), "--memory", memory, "--work-dir", str(root / f"worker{i}")])
+            for i in range(workers)]
+
+    def __enter__(self) -> "StandaloneCluster":
+        from logbus.spark_cluster import wait_for_workers
+
+        self.master.start()
+        for w in self.workers:
+            w.start()
+        try:
+            wait_for_workers("127.0.0.1", self.webui, len(self.workers), timeout=120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in [*self.workers, self.master]:
+            p.stop()
+
+
+def broker_load_seconds(spark, config, root: Path, runs: int, messages: int, label: str) -> list[float]:
+    """``runs`` broker loads (load + publish) into fresh warehouses under ``root``; their wall times."""
+    from spark_jobs.load import load, plan
+    from spark_jobs.warehouse import Warehouse
+
+    times = []
+    for run in range(runs):
+        wh = Warehouse(spark, (root / f"wh{run}").resolve().as_uri())
+        t = time.perf_counter()
+        summary = load(spark, config, wh, 1, plan(config, wh.ledger()))
+        wh.publish(1, summary)
+        times.append(time.perf_counter() - t)
+        assert summary["rows"]["pageviews"] == messages, summary
+        print(f"run {run}: broker load on {label} {times[-1]:.1f} s {summary['seconds']}", flush=True)
+    return times
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--cluster-workers", default="", help="comma list of standalone cluster sizes to run the "
+                                                              "broker load on too, e.g. 1,2 (default: none)")
+    parser.add_argument("--worker-cores", type=int, default=1, help="cores of each cluster worker (default 1)")
+    parser.add_argument("--worker-memory", default="2g", help="memory of each cluster worker and its executor")
     args = parser.parse_args()
+    sizes = [int(n) for n in args.cluster_workers.split(",") if n.strip()]
     from spark_jobs.config import LoadConfig
     from spark_jobs.load import load, plan, session
     from spark_jobs.warehouse import Warehouse
 
     results: dict = {"command": "python bench/load_benchmark.py " + " ".join(sys.argv[1:]), "messages": args.messages,
-                     "runs": args.runs}
+                     "runs": args.runs, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory(prefix="logbus-load-bench-") as work:
         work = Path(work)
         broker = BrokerProcess(work / "broker", num_partitions=4).start()
@@ -101,6 +162,7 @@ def main() -> int:
             rdk_config = LoadConfig(config_values)
             rdk_config.client_conf = {**rdk_config.client_conf, "fetch.wait.max.ms": "500"}
             broker_times, rdk_times, file_times, phases = [], [], [], []
+            cluster_times: dict[int, list[float]] = {}
             jsonl = work / "pageviews.jsonl"
             for run in range(args.runs):
                 wh = Warehouse(spark, (work / f"wh{run}").resolve().as_uri())
@@ -139,11 +201,28 @@ def main() -> int:
                  .write.mode("overwrite").partitionBy("date", "hour").parquet(str(work / f"file{run}")))
                 file_times.append(time.perf_counter() - t)
                 print(f"run {run}: JSON-lines file {file_times[-1]:.1f} s", flush=True)
+            for n in sizes:
+                if spark is not None:
+                    spark.stop()
+                    spark = None
+                with StandaloneCluster(work / f"cluster{n}", n, args.worker_cores, args.worker_memory) as cluster:
+                    cluster_config = LoadConfig({**config_values, "spark.master": cluster.url,
+                                                 "spark.executor.memory": args.worker_memory,
+                                                 "spark.executor.cores": str(args.worker_cores),
+                                                 "spark.cores.max": str(n * args.worker_cores)})
+                    spark = session(cluster_config)
+                    try:
+                        cluster_times[n] = broker_load_seconds(spark, cluster_config, work / f"on-cluster{n}",
+                                                               args.runs, args.messages, f"{n} worker(s)")
+                    finally:
+                        spark.stop()
+                        spark = None
         finally:
             if spark is not None:
                 spark.stop()
             registry.stop()
             broker.stop()
+    results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     b, f = statistics.median(broker_times), statistics.median(file_times)
     k = statistics.median(rdk_times)
     mb = value_bytes / 1e6
@@ -155,10 +234,28 @@ def main() -> int:
         "librdkafka_mb_per_s": round(mb / k, 2), "ratio_broker_to_file": round(f / b, 3),
         "ratio_librdkafka_to_file": round(f / k, 3), "speedup_raw_over_librdkafka": round(k / b, 2),
         "broker_phases": phases})
+    for n, times in cluster_times.items():
+        c = statistics.median(times)
+        results.setdefault("cluster", {})[str(n)] = {
+            "workers": n, "worker_cores": args.worker_cores, "worker_memory": args.worker_memory,
+            "seconds": [round(x, 2) for x in times], "msg_per_s": round(args.messages / c), "mb_per_s": round(mb / c, 2),
+            "ratio_to_local": round(b / c, 3)}
+    cluster_rows = "".join(
+        f"| brokers → decode → Parquet + publish on a standalone cluster, {r['workers']} worker"
+        f"{'s' if r['workers'] > 1 else ''} × {r['worker_cores']} core ({r['worker_memory']}) "
+        f"| {statistics.median(r['seconds']):.1f} ({', '.join(map(str, r['seconds']))}) "
+        f"| {r['msg_per_s']:,} | {r['mb_per_s']} |\n" for r in results.get("cluster", {}).values())
+    cluster_note = ("Standalone cluster runs: the same broker load with `spark.master=spark://...`, a master and "
+                    "the workers on this machine (`logbus spark-master`, `logbus spark-worker`), the driver in the "
+                    "benchmark process; throughput relative to the local[2] row: "
+                    + ", ".join(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''} {r['ratio_to_local']}x"
+                                for r in results["cluster"].values()) + ".\n\n") if cluster_times else ""
     out = Path(args.out)
     (out / "load_benchmark.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "load_benchmark.md").write_text(
-        f"# Warehouse load benchmark\n\nCommand: `{results['command']}` (2-core machine, Spark local[2]).\n\n"
+        f"# Warehouse load benchmark\n\nCommand: `{results['command']}` (2-core machine, Spark local[2]"
+        f"{'; the cluster rows: a Spark standalone cluster on the same machine' if cluster_times else ''}; load "
+        f"average {results['loadavg_before'][0]:.2f} before the run, {results['loadavg_after'][0]:.2f} after).\n\n"
         f"{args.messages:,} Avro page views ({mb:.1f} MB of Avro values, 4 partitions, one broker); medians of "
         f"{args.runs} runs.\n\n"
         "| path | seconds (runs) | msg/s | MB/s (Avro values) |\n|---|---|---|---|\n"
@@ -170,7 +267,8 @@ def main() -> int:
         f"| {results['librdkafka_msg_per_s']:,} | {results['librdkafka_mb_per_s']} |\n"
         f"| local JSON-lines file → Parquet (`spark.read.json`) | {f:.1f} "
         f"({', '.join(map(str, results['file_seconds']))}) "
-        f"| {results['file_msg_per_s']:,} | {results['file_mb_per_s']} |\n\n"
+        f"| {results['file_msg_per_s']:,} | {results['file_mb_per_s']} |\n"
+        + cluster_rows + "\n" + cluster_note +
         f"Ratio (broker load throughput / file read throughput): **{results['ratio_broker_to_file']}x** "
         f"(through librdkafka: {results['ratio_librdkafka_to_file']}x; the raw fetch path is "
         f"{results['speedup_raw_over_librdkafka']}x the librdkafka path).\n\n"
@@ -183,10 +281,14 @@ def main() -> int:
     from matplotlib import pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
+    clusters = list(results.get("cluster", {}).values())
+    fig.set_size_inches(7 + 1.6 * len(clusters), 3.4)
     ax.bar(["brokers → Parquet\n(raw fetch, bulk decode)", "brokers → Parquet\n(librdkafka, per record)",
-            "JSON-lines file → Parquet"],
-           [results["broker_msg_per_s"], results["librdkafka_msg_per_s"], results["file_msg_per_s"]],
-           color=["#2b6cb0", "#90cdf4", "#999999"])
+            "JSON-lines file → Parquet"]
+           + [f"brokers → Parquet\ncluster, {r['workers']} worker{'s' if r['workers'] > 1 else ''}" for r in clusters],
+           [results["broker_msg_per_s"], results["librdkafka_msg_per_s"], results["file_msg_per_s"]]
+           + [r["msg_per_s"] for r in clusters],
+           color=["#2b6cb0", "#90cdf4", "#999999"] + ["#276749", "#68d391", "#9ae6b4"][:len(clusters)])
     ax.set_ylabel("messages / s")
     ax.set_title(f"Warehouse load, {args.messages:,} records (median of {args.runs})")
     fig.tight_layout()
