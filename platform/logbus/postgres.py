@@ -186,11 +186,12 @@ def healthy(host: str, port: int, timeout: float = 3.0) -> bool:
             sock.sendall(startup)
             head = _read(sock, 5)
             kind, length = head[:1], struct.unpack("!i", head[1:])[0]
-            if kind == b"R":
-                return True
-            if kind != b"E" or not 4 < length <= 8192:
+            if kind not in (b"R", b"E") or not 4 <= length <= 8192:
                 return False
-            fields = _read(sock, length - 4).split(b"\0")
+            body = _read(sock, length - 4)  # all of it: closing on unread bytes would reset the connection,
+            if kind == b"R":               # which the server logs; a plain close during authentication it does not
+                return True
+            fields = body.split(b"\0")
     except (OSError, ValueError, struct.error):
         return False
     code = next((f[1:] for f in fields if f[:1] == b"C"), b"")
@@ -504,7 +505,9 @@ def _serve(args) -> int:
 def _print_url(args) -> int:
     try:
         opts = options("-", args.host, args.port, args.database, args.user, args.password_file)
-        print(url(opts.host, opts.port, opts.database, opts.user, read_password(opts.password_file), args.driver))
+        # no line end: Airflow takes a _cmd's output as it is, a newline would end up in the database name
+        print(url(opts.host, opts.port, opts.database, opts.user, read_password(opts.password_file), args.driver),
+              end="", flush=True)
         return 0
     except PostgresError as exc:
         _error(exc)

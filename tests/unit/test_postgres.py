@@ -85,7 +85,7 @@ def test_postgres_url_verb_prints_what_airflow_reads(tmp_path, capsys):
     path.write_text("s3cret\n")
     env = airflow_env("127.0.0.1", 15432, "airflow", "airflow", path)
     assert main(shlex.split(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC_CMD"])[1:]) == 0
-    assert capsys.readouterr().out == "postgresql+asyncpg://airflow:s3cret@127.0.0.1:15432/airflow\n"
+    assert capsys.readouterr().out == "postgresql+asyncpg://airflow:s3cret@127.0.0.1:15432/airflow"  # no line end
     assert main(["postgres-url", "--password-file", str(tmp_path / "missing")]) == 2
     assert "cannot read the password file" in capsys.readouterr().err
 
