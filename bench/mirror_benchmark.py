@@ -10,6 +10,9 @@ produce on live to readable on offline (p50/p99).
 
 Usage: .venv/bin/python bench/mirror_benchmark.py [--messages 2000000] [--rate 0 (half the copy rate)] [--seconds 10]
 [--modes at-least-once,records,exactly-once] [--flamegraph bench/results/flamegraph_mirror_{mode}.svg]
+
+--scaling: the default mode with one mirror process, then with two in the same consumer group (each on fresh
+clusters, one run) -> bench/results/mirror_scaling.{json,md}: how the mirror scales out by processes.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: at-least-once,exactly-once")
     parser.add_argument("--flamegraph", default="", help="py-spy flamegraph of the mirror process during the "
                         "backlog copy: SVG path with {mode} in it (e.g. bench/results/flamegraph_mirror_{mode}.svg)")
+    parser.add_argument("--scaling", action="store_true", help="one vs two mirror processes (mirror_scaling.md)")
     args = parser.parse_args()
+    if args.scaling:
+        return scaling(args)
     results: dict = {"command": "python bench/mirror_benchmark.py " + " ".join(sys.argv[1:]),
                      "messages": args.messages, "rate": args.rate, "seconds": args.seconds, "modes": {}}
     for mode, flags in MODES.items():
@@ -135,7 +141,32 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def run_mode(args, flags: list[str], mode: str) -> dict:
+def scaling(args) -> int:
+    results: dict = {"command": "python bench/mirror_benchmark.py " + " ".join(sys.argv[1:]),
+                     "messages": args.messages, "runs": {}}
+    for processes in (1, 2):
+        results["runs"][processes] = run_mode(args, [], "at-least-once", processes)
+        print(processes, results["runs"][processes], flush=True)
+    one, two = results["runs"][1], results["runs"][2]
+    results["ratio"] = two["copy_msg_s"] / one["copy_msg_s"]
+    out = Path(args.out)
+    (out / "mirror_scaling.json").write_text(json.dumps(results, indent=1) + "\n")
+    lines = ["# Mirror: one process vs two in the same consumer group", "",
+             f"Command: `{results['command']}` (both in one run, each on fresh clusters: one ZooKeeper, one live and "
+             f"one offline broker, a topic of 3 partitions, {args.messages:,} x {SIZE} B written first; whole-batch "
+             "at-least-once copy; 2 cores shared by the brokers, the mirrors and the benchmark).", "",
+             "| mirror processes | backlog copy, steady (msg/s) | whole copy incl. start (msg/s) | "
+             "lag p50 / p99 at half capacity (ms) |", "|---|---|---|---|"]
+    for processes, r in results["runs"].items():
+        lines.append(f"| {processes} | {r['copy_msg_s']:,.0f} | {r['throughput_msg_s']:,.0f} | "
+                     f"{r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} |")
+    lines += ["", f"Two processes / one: **{results['ratio']:.2f}x**."]
+    (out / "mirror_scaling.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def run_mode(args, flags: list[str], mode: str, processes: int = 1) -> dict:
     exactly_once = mode == "exactly-once"
     results: dict = {}
     txn = {"transaction_state_log_replication_factor": 1, "transaction_state_log_min_isr": 1,
@@ -146,7 +177,7 @@ def run_mode(args, flags: list[str], mode: str) -> dict:
         live = BrokerProcess(work / "live", 0, host="127.0.1.1", zookeeper_connect=zk.connect + "/live")
         offline = BrokerProcess(work / "offline", 0, host="127.0.2.1", zookeeper_connect=zk.connect + "/offline",
                                 **txn)
-        mirror = None
+        mirrors = []
         try:
             live.start()
             offline.start()
@@ -169,10 +200,12 @@ def run_mode(args, flags: list[str], mode: str) -> dict:
             (work / "c.properties").write_text(f"bootstrap.servers={live.bootstrap}\ngroup.id={GROUP}\n")
             (work / "p.properties").write_text(f"bootstrap.servers={offline.bootstrap}\n")
             start = time.perf_counter()
-            mirror = subprocess.Popen([sys.executable, "-m", "logbus.cli", "--log-level", "WARNING", "mirror",
-                                       "--consumer.config", str(work / "c.properties"), "--producer.config",
-                                       str(work / "p.properties"), "--whitelist", "bulk|paced", "--source-name",
-                                       "live", *flags], env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+            mirrors = [subprocess.Popen([sys.executable, "-m", "logbus.cli", "--log-level", "WARNING", "mirror",
+                                         "--consumer.config", str(work / "c.properties"), "--producer.config",
+                                         str(work / "p.properties"), "--whitelist", "bulk|paced", "--source-name",
+                                         "live", *flags], env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+                       for _ in range(processes)]
+            mirror = mirrors[0]
             spy = None
             if args.flamegraph:  # the backlog copy only: attached now, stopped (SIGINT: it writes the SVG) after
                 spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "250",
@@ -200,7 +233,8 @@ def run_mode(args, flags: list[str], mode: str) -> dict:
             results["lag_rate"] = args.rate or int(results["copy_msg_s"] / 2)
             results.update(lag(live.bootstrap, offline.bootstrap, results["lag_rate"], args.seconds))
         finally:
-            terminate(mirror, 30)
+            for proc in mirrors:
+                terminate(proc, 30)
             live.stop()
             offline.stop()
             zk.stop()

@@ -559,6 +559,7 @@ def run(args, out: Path, command: str) -> int:
                                   "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
                                   "code": code_state()}}
     tmp = Path(tempfile.mkdtemp(prefix="logbus-pipeline-bench-"))
+    os.chmod(tmp, 0o711)  # as root, PostgreSQL runs as the postgres user: it must reach the state dir
     state, workers_dir = tmp / "state", tmp / "workers"
     workers_dir.mkdir()
     procs: list[subprocess.Popen] = []

@@ -329,6 +329,7 @@ def run_topology(args, out: Path, command: str) -> int:
     results: dict = {"command": command, "outcome": "failed"}
     code = 1
     tmp = Path(tempfile.mkdtemp(prefix="logbus-prom-kill-"))
+    os.chmod(tmp, 0o711)  # as root, PostgreSQL runs as the postgres user: it must reach the state dir
     state = tmp / "state"
     try:
         (tmp / "topology.json").write_text(json.dumps(topo))

@@ -108,6 +108,7 @@ def main() -> int:
                      "machine": {"cores": psutil.cpu_count(),
                                  "memory_gb": round(psutil.virtual_memory().total / 2**30, 1)}}
     with tempfile.TemporaryDirectory(prefix="logbus-topology-") as tmp:
+        os.chmod(tmp, 0o711)  # as root, PostgreSQL runs as the postgres user: it must reach the state dir
         state = Path(tmp) / "state"
         try:
             t = time.monotonic()

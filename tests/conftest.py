@@ -82,3 +82,19 @@ def pytest_collection_modifyitems(config, items):
         groups = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
         if groups and "@" not in item.nodeid.rsplit("]", 1)[-1]:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+@pytest.fixture
+def topology_dir():
+    """A temporary directory for a ``logbus up`` state that the ``postgres`` user can reach: as root, PostgreSQL
+    runs as that user, and pytest's own base directory (/tmp/pytest-of-root) is 0700. Removed afterwards."""
+    import os
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="logbus-topology-test-"))
+    os.chmod(base, 0o711)  # searchable, not listable, by other users
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -73,7 +73,9 @@ def fresh_loopback(topo: dict) -> int:
     for dc, octet in (("live", 1), ("offline", 2)):
         topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus")}
+                                                                    "airflow", "metrics", "prometheus",
+                                                                    "spark_master", "spark_master_webui",
+                                                                    "spark_worker_webui", "postgres")}
     return net
 
 

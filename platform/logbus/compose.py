@@ -85,8 +85,11 @@ def render(topo: dict, config_dir: str = "docker/config") -> tuple[str, dict[str
             mounts.insert(0, f"./{config_dir}/{s.name}:/etc/logbus/{s.name}:ro")
             for name, text in s.files.items():
                 files[f"{s.name}/{name}"] = text
+        mounts.extend(s.volumes)
         entry["volumes"] = mounts
         volumes[f"{s.name}-data"] = {}
+        for extra in s.volumes:  # another service's data volume, or a shared one (the warehouse)
+            volumes.setdefault(extra.split(":")[0], {})
         if s.depends_on:
             entry["depends_on"] = {d: {"condition": "service_completed_successfully" if by_name[d].kind == "init"
                                        else "service_healthy" if by_name[d].health[0] != "alive"

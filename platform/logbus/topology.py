@@ -58,6 +58,7 @@ class Service:
     url: str | None = None         # printed by `logbus up` (http services)
     program: str = "logbus"        # the command compose runs (the CLI)
     published: list[str] = field(default_factory=list)  # compose: "127.0.0.1:<host port>:<container port>"
+    volumes: list[str] = field(default_factory=list)    # compose: more mounts, "<volume>:<path>[:ro]"
 
 
 def load(path: str | Path | None = None) -> dict:
@@ -352,12 +353,17 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                health=(scheme, port, "/api/status"), port=port, url=f"{scheme}://{host}:{port}",
                                published=n.published_list("audit", dc, port)))
         if spec.get("airflow"):
+            from logbus import topology_engines as engines
+
             name = f"{dc}-airflow"
             host, port = n.host(dc, "airflow"), n.port("airflow", dc)
             data = n.data_dir(name)
+            cluster, spark_settings = engines.spark(n, dc, spec)  # a Spark standalone cluster, or local[2]
+            database, database_env = engines.postgres(n, dc, spec)  # PostgreSQL, or Airflow's SQLite
+            out.extend(cluster + database)
             load = {"bootstrap.servers": bootstrap[dc], "schema.registry.url": registry_url,
                     **client("loads"), **registry_client("loads"),
-                    "warehouse.path": f"{data}/warehouse", "spark.master": "local[2]",
+                    "warehouse.path": engines.warehouse_dir(n, dc, data), **spark_settings,
                     "audit.window.ms": window, "audit.grace.ms": grace, "audit.tiers": f"{tiers},warehouse",
                     **{f"audit.cluster.{c}.bootstrap.servers": b for c, b in audit_clusters.items()}}
             env = {"AIRFLOW_HOME": f"{data}/home", "AIRFLOW__CORE__DAGS_FOLDER": f"{n.repo()}/dags",
@@ -375,12 +381,18 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE":
                        f"{data if target == 'compose' else n.config_dir(name)}/passwords.json",
                    "LOGBUS_LOAD_CONFIG": f"{n.config_dir(name)}/load.properties",
-                   "LOGBUS_LOAD_SCHEDULE": topo.get("load_schedule", "@hourly")}
+                   "LOGBUS_LOAD_SCHEDULE": topo.get("load_schedule", "@hourly"), **database_env}
             scrape.setdefault("loads", []).append((f"{host}:{port}", {"datacenter": dc}))  # the plugin's metrics
             # `logbus airflow`, not `airflow standalone`: it restarts any of Airflow's components that exits;
             # healthy only while the health endpoint says the metadata database and the scheduler are
+            volumes = []
+            if target == "compose":  # the database's password (read-only); the warehouse the executors write
+                volumes += [f"{d.name}-data:/var/lib/logbus/{d.name}:ro" for d in database]
+                if cluster:
+                    volumes.append(f"{engines.WAREHOUSE_VOLUME}:/var/lib/logbus/{engines.WAREHOUSE_VOLUME}")
             out.append(Service(name, dc, "airflow", host, ["airflow"], files={"load.properties": _props(load)},
-                               env=env, depends_on=broker_names + [f"{primary}-registry"],
+                               env=env, volumes=volumes,
+                               depends_on=broker_names + [f"{primary}-registry"] + [s.name for s in cluster + database],
                                health=("airflow", port, "/api/v2/monitor/health"), port=port,
                                url=f"http://{host}:{port}", published=n.published_list("airflow", dc, port)))
     for dc, spec in dcs.items():

@@ -48,7 +48,7 @@ def wait_complete(audit: str, since_ms: int, tiers: set[str], until_ms: int | No
     return wait_until(_polled(complete), timeout, interval=2, what=f"windows complete at {sorted(tiers)}")
 
 
-def test_two_live_datacenters_into_one_offline(tmp_path):
+def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
     from confluent_kafka import Consumer, TopicPartition
 
     from logbus.local import leftovers
@@ -58,11 +58,13 @@ def test_two_live_datacenters_into_one_offline(tmp_path):
     for dc, octet in (("live-east", 1), ("offline", 2), ("live-west", 3)):
         topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus")}
+                                                                    "airflow", "metrics", "prometheus",
+                                                                    "spark_master", "spark_master_webui",
+                                                                    "spark_worker_webui", "postgres")}
     topo["datacenters"]["offline"]["prometheus"] = False  # not what this test is about; one JVM-free service less
     topo.update(SMALL_WINDOWS)
     (tmp_path / "topology.json").write_text(json.dumps(topo))
-    state = tmp_path / "state"
+    state = topology_dir / "state"  # reachable by the postgres user (conftest.topology_dir)
     port = topo["ports"]
     broker_sets = {dc: ",".join(f"127.{net}.{o}.{i}:{port['broker']}" for i in range(1, n + 1))
                    for dc, o, n in (("live-east", 1, 2), ("live-west", 3, 2), ("offline", 2, 3))}

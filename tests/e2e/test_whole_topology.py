@@ -40,7 +40,7 @@ def mount_tmpfs(path: Path, size_mb: int) -> bool:
                           capture_output=True).returncode == 0
 
 
-def test_topology(tmp_path):
+def test_topology(tmp_path, topology_dir):
     from logbus.local import leftovers, zookeeper_mode
 
     topo = json.loads((REPO / "topology" / "default.json").read_text())
@@ -50,7 +50,7 @@ def test_topology(tmp_path):
     topo["datacenters"]["live"]["wan_network"] = f"127.{net}.3"
     topo["ports"]["broker_wan"] = wan_port
     (tmp_path / "topology.json").write_text(json.dumps(topo))
-    state = tmp_path / "state"
+    state = topology_dir / "state"  # reachable by the postgres user (conftest.topology_dir)
     proxies = [TcpProxy(f"127.{net}.3.{i}", wan_port, f"127.{net}.1.{i}", wan_port).start() for i in (1, 2, 3)]
     disk = state / "live-broker3" / "data"  # a small filesystem for the full-disk fault
     mounted = mount_tmpfs(disk, 256)

@@ -14,8 +14,9 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     live = {s.kind for s in svcs.values() if s.datacenter == "live"}
     offline = {s.kind for s in svcs.values() if s.datacenter == "offline"}
     assert live == {"zookeeper", "broker", "registry", "counter", "frontend", "lag"}
-    assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus", "lag"}
-    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 25
+    assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus", "lag",
+                       "spark-master", "spark-worker", "postgres"}
+    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 29
     # two writable registries in live elect their leader; every registry client is given both
     assert svcs["live-registry2"].host == "127.0.1.21" and "mode=READWRITE" in \
         svcs["live-registry2"].files["registry.properties"]
@@ -149,3 +150,38 @@ def test_a_wan_network_puts_the_mirror_behind_the_wan_listener_of_the_source_bro
     assert "WAN" not in svcs["offline-broker1"].files["server.properties"]
     with pytest.raises(TopologyError, match="wan_network is for local topologies"):
         services(topo, "compose")
+
+
+def test_the_loads_run_on_the_spark_cluster_and_airflow_on_postgres():
+    svcs = {s.name: s for s in services(load(), "local", "/tmp/logbus-state")}
+    airflow = svcs["offline-airflow"]
+    assert {"offline-spark-master", "offline-spark-worker1", "offline-spark-worker2", "offline-postgres"} <= \
+        set(airflow.depends_on)
+    load_props = dict(line.split("=", 1) for line in airflow.files["load.properties"].splitlines())
+    assert load_props["spark.master"] == "spark://127.0.2.70:7077" and load_props["spark.cores.max"] == "2"
+    workers = [s for s in svcs.values() if s.kind == "spark-worker"]
+    assert [w.argv[w.argv.index("--master") + 1] for w in workers] == ["spark://127.0.2.70:7077"] * 2
+    # the password is read by a command from the database's data directory, never in the environment
+    assert not [k for k in airflow.env if k.startswith("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") and "CMD" not in k]
+    assert airflow.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD"].endswith(
+        "--password-file /tmp/logbus-state/offline-postgres/data/password")
+    compose = {s.name: s for s in services(load(), "compose")}
+    # compose: the executors (in the workers' containers) write the warehouse the driver (Airflow's) publishes
+    assert "warehouse:/var/lib/logbus/warehouse" in compose["offline-airflow"].volumes
+    assert "warehouse:/var/lib/logbus/warehouse" in compose["offline-spark-worker1"].volumes
+    assert "offline-postgres-data:/var/lib/logbus/offline-postgres:ro" in compose["offline-airflow"].volumes
+
+
+def test_spark_and_database_choices_are_checked():
+    topo = load()
+    topo["datacenters"]["offline"]["spark_workers"] = "two"
+    with pytest.raises(TopologyError, match="spark_workers"):
+        services(topo, "local", "/tmp/x")
+    topo["datacenters"]["offline"]["spark_workers"] = 0
+    topo["datacenters"]["offline"]["airflow_database"] = "mysql"
+    with pytest.raises(TopologyError, match="airflow_database"):
+        services(topo, "local", "/tmp/x")
+    topo["datacenters"]["offline"]["airflow_database"] = "sqlite"
+    svcs = {s.name: s for s in services(topo, "local", "/tmp/x")}
+    assert "offline-postgres" not in svcs and "offline-spark-master" not in svcs
+    assert "spark.master=local[2]" in svcs["offline-airflow"].files["load.properties"]
