@@ -203,6 +203,10 @@ def test_airflow_on_postgres_survives_a_killed_scheduler_and_a_restart_of_both(s
     history = stack.query("SELECT try_number, state FROM task_instance_history WHERE dag_id = %s AND run_id = %s",
                           DAG_ID, run_id)
     print(f"attempts: {sorted(history)} then {(tries, state)}")
+    # every component's pools together stay far below PostgreSQL's max_connections (100, 3 of them reserved)
+    [(connections,)] = stack.query("SELECT count(*) FROM pg_stat_activity WHERE usename = 'airflow'")
+    print(f"Airflow's connections to PostgreSQL: {connections}")
+    assert 1 <= connections <= 50
 
     # 3. both stopped, both started again: the same database, the run still there, db migrate harmless
     stopping = time.monotonic()
@@ -221,3 +225,64 @@ def test_airflow_on_postgres_survives_a_killed_scheduler_and_a_restart_of_both(s
     assert stack.stop("postgres") == 0
     time.sleep(0.5)
     assert leftovers(tmp_path) == []  # no server backend, Airflow component, worker or task left
+
+
+def test_later_starts_make_what_is_missing_and_take_the_password_file_as_the_truth(tmp_path, pg_dir):
+    """Without Airflow: a later start creates a database and role not made before, a changed password file
+    changes the password, and a ``kill -9`` of ``logbus postgres`` stops its server too (no orphan keeping the
+    port and the data directory)."""
+    port, password_file = free_port(), tmp_path / "pw"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "platform"), str(REPO)]), **{MARKER: str(tmp_path)})
+    procs: list[subprocess.Popen] = []
+
+    def start(user: str, database: str) -> subprocess.Popen:
+        with open(tmp_path / "postgres.log", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "postgres", "--data-dir", str(pg_dir),
+                                     "--port", str(port), "--user", user, "--database", database,
+                                     "--password-file", str(password_file)], env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        wait_until(lambda: postgres.healthy("127.0.0.1", port) or proc.poll() is not None, 60, interval=0.2,
+                   what="logbus postgres accepting connections")
+        assert proc.poll() is None, (tmp_path / "postgres.log").read_text()[-3000:]
+        return proc
+
+    def login(user: str, database: str, password: str) -> str:
+        with psycopg2.connect(host="127.0.0.1", port=port, dbname=database, user=user, password=password,
+                              connect_timeout=5) as conn, conn.cursor() as cur:
+            cur.execute("SELECT current_user || '@' || current_database()")
+            return cur.fetchone()[0]
+
+    try:
+        first = start("airflow", "airflow")
+        old = postgres.read_password(password_file)
+        assert login("airflow", "airflow", old) == "airflow@airflow"
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+
+        password_file.write_text("a new one\n")
+        second = start("loads", "warehouse")
+        assert login("loads", "warehouse", "a new one") == "loads@warehouse"
+        assert login("airflow", "airflow", old) == "airflow@airflow"  # the other role is not this start's
+        with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+            login("loads", "warehouse", old)
+        os.kill(second.pid, signal.SIGKILL)
+        second.wait()
+        wait_until(lambda: not leftovers(tmp_path), 30, what="the server gone with its logbus postgres")
+        assert not postgres.healthy("127.0.0.1", port)
+
+        third = start("loads", "warehouse")  # after a kill -9: recovery, same data
+        assert login("loads", "warehouse", "a new one") == "loads@warehouse"
+        third.send_signal(signal.SIGTERM)
+        assert third.wait(30) == 0
+        assert (tmp_path / "postgres.log").read_text().count("logbus postgres: initdb ") == 1
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for pid in leftovers(tmp_path):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
