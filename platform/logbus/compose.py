@@ -53,6 +53,8 @@ def _healthcheck(s: Service) -> dict | None:
                  "c = ssl.create_default_context(cafile='/etc/logbus/secrets/ca.pem')\n"
                  f"try: urllib.request.urlopen('{url}', timeout=3, context=c)\n"
                  "except urllib.error.HTTPError as e: sys.exit(0 if e.code == 401 else 1)")
+    elif s.health[0] == "postgres":  # as logbus.local: accepting logins, not merely listening
+        probe = f"import sys; from logbus.postgres import healthy; sys.exit(0 if healthy('127.0.0.1', {s.health[1]}) else 1)"
     elif s.health[0] == "airflow":  # as logbus.local.airflow_healthy: 200, metadatabase and scheduler healthy
         url = f"http://127.0.0.1:{s.health[1]}{s.health[2]}"
         probe = (f"import json, sys, urllib.request; r = urllib.request.urlopen('{url}', timeout=3); "

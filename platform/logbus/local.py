@@ -183,6 +183,10 @@ def _healthy(s: Service, state: State) -> bool:
         return zookeeper_mode(s.host, s.health[1]) in ("leader", "follower", "standalone")
     if kind == "airflow":  # the API up is not enough: its scheduler may be gone
         return airflow_healthy(s.host, s.health[1], s.health[2])
+    if kind == "postgres":  # accepting logins (not starting up, shutting down or recovering)
+        from logbus.postgres import healthy
+
+        return healthy(s.host, s.health[1])
     try:
         if kind == "tcp":
             with socket.create_connection((s.host, s.health[1]), timeout=2):

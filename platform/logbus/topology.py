@@ -53,7 +53,8 @@ class Service:
     files: dict[str, str] = field(default_factory=dict)   # config files: name relative to the config dir
     env: dict[str, str] = field(default_factory=dict)
     depends_on: list[str] = field(default_factory=list)
-    health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("zookeeper", port) | ("alive",)
+    health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("zookeeper", port) | ("postgres", port)
+    #                                | ("airflow", port, path) | ("init", secrets dir) | ("alive",)
     port: int | None = None        # the port users connect to, if any
     url: str | None = None         # printed by `logbus up` (http services)
     program: str = "logbus"        # the command compose runs (the CLI)

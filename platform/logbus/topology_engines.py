@@ -107,7 +107,7 @@ def postgres(n, dc: str, spec: dict) -> tuple[list[Service], dict[str, str]]:
     data = n.data_dir(name)
     password = f"{data}/password"
     service = Service(name, dc, "postgres", host, [
-        "postgres", "--data-dir", f"{data}/pgdata", "--host", "0.0.0.0" if n.target == "compose" else host,
+        "postgres", "--data-dir", f"{data}/server", "--host", "0.0.0.0" if n.target == "compose" else host,
         "--port", str(port), "--database", "airflow", "--user", "airflow", "--password-file", password],
-        health=("tcp", port), port=port)
+        health=("postgres", port), port=port)
     return [service], pg.airflow_env(host, port, "airflow", "airflow", password)
