@@ -18,11 +18,26 @@ environment or a log line (``log_min_error_statement = panic`` there). A missing
 random password, mode 0600.
 
 PostgreSQL refuses to run as root: as root, initdb, the single-user backend and the server run as the
-``postgres`` system user that Debian's package creates (``D`` is chowned to it; every directory above ``D`` must
-be searchable by it), otherwise as the current user. The server is this process' child, in a process group of its
-own and with ``PR_SET_PDEATHSIG``: SIGTERM, SIGINT or SIGHUP to this process is passed on as SIGINT, PostgreSQL's
-fast shutdown (rolls back the open transactions and disconnects Airflow's pooled connections, which a smart
-shutdown would wait for forever); a second one as SIGQUIT (immediate). It exits with the server's exit code.
+``postgres`` system user that Debian's package creates (``D`` is chowned to it), otherwise as the current user.
+When that user cannot search a directory above ``D`` (a checkout under /root, 0700; pytest's /tmp/pytest-of-root),
+no permission of those directories is changed: each of those processes runs in a private mount namespace of its
+own where ``D`` is bind-mounted on ``/run/logbus-postgres/<12 hex digits of sha256(D)>`` (a root-owned, 0755,
+empty directory on the host), which it reaches, and is given the paths under that mount (``-D <mount>/pgdata``,
+the socket in ``<mount>/run``: the same directories as ``D/pgdata`` and ``D/run``). The command is one exec chain
+in one process, so the pid this process waits on and signals ends up being PostgreSQL itself::
+
+    unshare --mount --propagation private -- sh -c '<mount --no-mtab --bind D M; cd M; exec>' ... \
+        setpriv --reuid=postgres --regid=postgres --clear-groups --pdeathsig=INT -- \
+        sh -c '<exit unless our parent is still logbus postgres; exec>' ... postgres -D M/pgdata ...
+
+The mount exists only in that namespace (``--no-mtab``: nothing written to /run/mount either) and goes with its
+last process; the host never sees it. Where namespaces or mounts are not permitted (a container without
+CAP_SYS_ADMIN), ``D`` is refused in one line as before, with the reason.
+
+The server is this process' child, in a process group of its own and with ``PR_SET_PDEATHSIG`` (set again after
+the switch of user, which clears it): SIGTERM, SIGINT or SIGHUP to this process is passed on as SIGINT,
+PostgreSQL's fast shutdown (rolls back the open transactions and disconnects Airflow's pooled connections, which a
+smart shutdown would wait for forever); a second one as SIGQUIT (immediate). It exits with the server's exit code.
 
 ``logbus postgres-url`` prints the SQLAlchemy URL with the password read from the file: Airflow runs it through
 ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD`` (``airflow_env``), so the password is in no environment or config file.
@@ -30,6 +45,7 @@ shutdown would wait for forever); a second one as SIGQUIT (immediate). It exits 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import re
@@ -52,6 +68,15 @@ PGDATA, PGDATA_NEW, SOCKET_DIR = "pgdata", "pgdata.initdb", "run"
 SOCKET_PATH_MAX = 107            # sun_path less its NUL
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # a role or database name used unquoted by Airflow's URL
 PR_SET_PDEATHSIG = 1
+MOUNT_BASE = Path("/run/logbus-postgres")  # as root, where a D the postgres user cannot reach is bind-mounted
+TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+SHELL = "/bin/sh"
+# run by sh as root inside the new mount namespace: $1 mount, $2 D, $3 the mount point, then the rest of the chain
+MOUNT_SCRIPT = ('mount=$1 source=$2 target=$3; shift 3; '
+                '"$mount" --no-mtab --bind "$source" "$target" || exit 125; cd "$target" || exit 125; exec "$@"')
+# run by sh as the postgres user, after setpriv set the parent-death signal again: $0 is logbus postgres' pid; if
+# it died before that, no signal will come, so stop here instead of starting an orphan
+PARENT_SCRIPT = '[ "$PPID" = "$0" ] || exit 1; exec "$@"'
 HBA = """\
 # written by logbus postgres at initdb
 # TYPE  DATABASE  USER  ADDRESS  METHOD
@@ -278,6 +303,50 @@ def unreachable(path: Path, uid: int, gid: int, groups: set[int] | frozenset[int
     return None
 
 
+def mount_point(data_dir: Path, base: Path | None = None) -> Path:
+    """Where ``data_dir`` (absolute) is bind-mounted for the postgres user when it cannot reach it: one directory
+    per data directory under ``base`` (MOUNT_BASE), named by the first 12 hex digits of the SHA-256 of its path.
+    Never removed: an rmdir would take the mount away from a server running in its namespace."""
+    return (base or MOUNT_BASE) / hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Tools:
+    """util-linux's programs for the private mount namespace, as absolute paths."""
+
+    unshare: str
+    mount: str
+    setpriv: str
+
+
+def find_tools(path: str | None = None) -> Tools | str:
+    """The namespace tools (on ``path``, TOOL_PATH), or a one-line reason why there are none."""
+    found = {name: shutil.which(name, path=path or TOOL_PATH) for name in ("unshare", "mount", "setpriv")}
+    missing = [name for name, where in found.items() if where is None]
+    if missing:
+        return f"{', '.join(missing)} not found (Debian package util-linux)"
+    return Tools(**found)
+
+
+def namespace_command(argv: list[str], source: Path, target: Path, uid: int, gid: int, parent: int,
+                      tools: Tools) -> list[str]:
+    """``argv`` run as ``uid``:``gid`` (no supplementary groups) in a new private mount namespace where ``source``
+    is bind-mounted on ``target``, its working directory ``target``. One process execs from one program to the
+    next (unshare, sh, setpriv, sh, ``argv[0]``), so its pid is in the end ``argv[0]``'s, which gets the signals
+    sent to that pid, and its exit code is ``argv[0]``'s; 125 if the mount failed. As the user it has SIGINT as
+    its parent-death signal, and it stops unless its parent is still ``parent``."""
+    return [tools.unshare, "--mount", "--propagation", "private", "--",
+            SHELL, "-c", MOUNT_SCRIPT, "logbus-postgres-mount", tools.mount, str(source), str(target),
+            tools.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--pdeathsig=INT", "--",
+            SHELL, "-c", PARENT_SCRIPT, str(parent), *argv]
+
+
+def probe_command(source: Path, target: Path, tools: Tools) -> list[str]:
+    """A bind mount of ``source`` on ``target`` in a throwaway private mount namespace: whether we may."""
+    return [tools.unshare, "--mount", "--propagation", "private", "--", tools.mount, "--no-mtab", "--bind",
+            str(source), str(target)]
+
+
 def socket_dir(data_dir: Path, port: int) -> Path | None:
     """``D/run`` unless its socket's path would be too long for the kernel."""
     directory = data_dir / SOCKET_DIR
@@ -337,6 +406,13 @@ class Server:
 
             self._libc = ctypes.CDLL(None, use_errno=True)
         self._parent = os.getpid()
+        # set by prepare when the server's user cannot reach the data directory: where it sees it instead
+        self.mount: Path | None = None
+        self._tools: Tools | None = None
+
+    def seen(self, path: Path) -> Path:
+        """``path`` (in the data directory) as initdb and PostgreSQL see it: under the mount point if there is one."""
+        return path if self.mount is None else self.mount / path.relative_to(self.opts.data_dir)
 
     def log(self, text: str) -> None:
         print(f"logbus postgres: {text}", flush=True)
@@ -350,6 +426,9 @@ class Server:
     def _popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
         a = self.account
         ids = {} if a.uid is None else {"user": a.uid, "group": a.gid, "extra_groups": []}
+        if self.mount is not None:  # root until the mount is made, then setpriv switches the user
+            argv = namespace_command(argv, self.opts.data_dir, self.mount, a.uid, a.gid, self._parent, self._tools)
+            ids = {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env.update(LC_ALL="C", LANG="C")
         try:
@@ -382,8 +461,7 @@ class Server:
             groups = {g.gr_gid for g in _groups_of(a.name)}
             blocked = unreachable(opts.data_dir, a.uid, a.gid, groups)
             if blocked is not None:
-                raise PostgresError(f"the {a.name} user cannot reach {opts.data_dir}: {blocked} is not searchable "
-                                    f"by it (chmod o+x {blocked}, or choose another --data-dir)")
+                self._use_namespace(blocked, groups)
         password = ensure_password_file(opts.password_file)
         self._own(opts.data_dir, 0o700)
         if not (self.pgdata / "PG_VERSION").exists():
@@ -396,7 +474,7 @@ class Server:
         else:
             self._own(sockets, 0o700)
         self._clear_stale_pid()
-        single = [str(self.bin / "postgres"), "--single", "-D", str(self.pgdata), "postgres"]
+        single = [str(self.bin / "postgres"), "--single", "-D", str(self.seen(self.pgdata)), "postgres"]
         found = markers(self._run(single, "setting up the role",
                                   bootstrap_sql(opts.database, opts.user, password)))
         if "logbus-role" not in found:
@@ -408,14 +486,46 @@ class Server:
             self.log(f"created database {opts.database} owned by {opts.user}")
         return sockets
 
+    def _use_namespace(self, blocked: Path, groups: set[int]) -> None:
+        """Make the mount point and check that a private mount namespace with a bind mount is permitted; else the
+        one-line refusal of a data directory the server's user cannot reach, with the reason."""
+        opts, a = self.opts, self.account
+        target = mount_point(opts.data_dir)
+        refusal = (f"the {a.name} user cannot reach {opts.data_dir}: {blocked} is not searchable by it, and a "
+                   f"private mount namespace to bind-mount it on {target} is not possible here")
+        hint = f"(chmod o+x {blocked}, or choose another --data-dir)"
+        tools = find_tools()
+        if isinstance(tools, str):
+            raise PostgresError(f"{refusal}: {tools} {hint}")
+        for directory in (target.parent, target):
+            try:
+                directory.mkdir(mode=0o755, exist_ok=True)
+                st = directory.lstat()
+            except OSError as exc:
+                raise PostgresError(f"{refusal}: cannot make {directory}: {exc.strerror} {hint}") from None
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                raise PostgresError(f"{refusal}: {directory} is not a directory of root's {hint}")
+            os.chmod(directory, 0o755)
+        if unreachable(target, a.uid, a.gid, groups) is not None:
+            raise PostgresError(f"{refusal}: the {a.name} user cannot reach {target} either {hint}")
+        probe = subprocess.run(probe_command(blocked, target, tools), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={"PATH": TOOL_PATH, "LC_ALL": "C"})
+        if probe.returncode != 0:
+            reason = " ".join(probe.stderr.split()) or _exit_text(probe.returncode)
+            raise PostgresError(f"{refusal}: {reason} {hint}")
+        self.mount, self._tools = target, tools
+        self.log(f"the {a.name} user cannot reach {opts.data_dir} ({blocked} is not searchable by it): PostgreSQL "
+                 f"sees it through a bind mount on {target} in a private mount namespace")
+
     def _initdb(self) -> None:
         new = self.opts.data_dir / PGDATA_NEW
         if new.exists():  # an initdb cut short: nothing but its own files
             shutil.rmtree(new)
         self._own(new, 0o700)
         self.log(f"initdb {self.pgdata} (PostgreSQL {self.bin.parent.name}, as {self.account.name})")
-        self._run([str(self.bin / "initdb"), "-D", str(new), "--encoding=UTF8", "--locale=C", "--auth-local=peer",
-                   "--auth-host=scram-sha-256", "--no-instructions"], "initdb")
+        self._run([str(self.bin / "initdb"), "-D", str(self.seen(new)), "--encoding=UTF8", "--locale=C",
+                   "--auth-local=peer", "--auth-host=scram-sha-256", "--no-instructions"], "initdb")
         (new / "pg_hba.conf").write_text(HBA)
         if self.pgdata.exists():
             self.pgdata.rmdir()  # empty, checked by prepare
@@ -454,13 +564,19 @@ class Server:
             if self.signals:
                 self.log("stopped before the server started")
                 return 0
-            argv = server_command(self.bin, self.pgdata, self.opts, sockets)
+            argv = server_command(self.bin, self.seen(self.pgdata), self.opts,
+                                  None if sockets is None else self.seen(sockets))
+            through = "" if self.mount is None else f" (mounted on {self.seen(self.pgdata)})"
             self.log(f"PostgreSQL {self.bin.parent.name} on {self.opts.host}:{self.opts.port} as {self.account.name}, "
-                     f"database {self.opts.database} owned by {self.opts.user}, data in {self.pgdata}")
+                     f"database {self.opts.database} owned by {self.opts.user}, data in {self.pgdata}{through}")
             self.child = self._popen(argv, stdin=subprocess.DEVNULL)
             if self.signals:  # arrived between prepare and the start
                 self.child.send_signal(signal.SIGINT)
             code = self.child.wait()
+            if self.mount is not None and code == -signal.SIGINT and self.signals:
+                # PostgreSQL takes SIGINT as fast shutdown and exits 0: it was a program before it in the chain
+                self.log("stopped before the server started")
+                return 0
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -528,7 +644,10 @@ def add_parsers(verbs) -> None:
     """``logbus postgres`` (the server) and ``logbus postgres-url`` (Airflow's connection URL)."""
     server = verbs.add_parser("postgres", help="run a real PostgreSQL (Debian's package) in the foreground: "
                                                "Airflow's metadata database")
-    server.add_argument("--data-dir", required=True, help="the cluster's directory (made by initdb if new)")
+    server.add_argument("--data-dir", required=True,
+                        help="the cluster's directory (made by initdb if new); as root, chowned to the postgres "
+                             "user, and if that user cannot search a directory above it, bind-mounted for it on "
+                             f"{MOUNT_BASE}/<hash> in a private mount namespace (no permission changed)")
     _common(server)
     server.set_defaults(func=_serve)
     printer = verbs.add_parser("postgres-url", help="print the SQLAlchemy URL of a `logbus postgres` database, "

@@ -208,11 +208,14 @@ def test_options_make_paths_absolute():
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not installed_versions(), reason="as root with PostgreSQL installed")
-def test_a_data_dir_the_postgres_user_cannot_reach_is_refused_before_anything_starts(tmp_path, capsys):
+def test_a_data_dir_the_postgres_user_cannot_reach_without_namespaces_is_refused_before_anything_starts(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(postgres, "find_tools", lambda: "unshare not found (Debian package util-linux)")
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
     code = main(["postgres", "--data-dir", str(closed / "data"), "--port", "1", "--password-file",
                  str(tmp_path / "pw")])
     err = capsys.readouterr().err
     assert code == 2 and "the postgres user cannot reach" in err and err.count("\n") == 1
+    assert "unshare not found" in err and "chmod o+x" in err
     assert not (closed / "data").exists() and not (tmp_path / "pw").exists()
