@@ -53,6 +53,10 @@ def _healthcheck(s: Service) -> dict | None:
                  "c = ssl.create_default_context(cafile='/etc/logbus/secrets/ca.pem')\n"
                  f"try: urllib.request.urlopen('{url}', timeout=3, context=c)\n"
                  "except urllib.error.HTTPError as e: sys.exit(0 if e.code == 401 else 1)")
+    elif s.health[0] == "spark-worker":  # as logbus.local: ALIVE at its master (its own UI binds its hostname)
+        probe = ("import sys; from logbus.spark_cluster import alive_workers, master_status; "
+                 f"sys.exit(0 if any(w.get('host') == '{s.host}' for w in "
+                 f"alive_workers(master_status('{s.health[1]}', {s.health[2]}))) else 1)")
     elif s.health[0] == "postgres":  # as logbus.local: accepting logins, not merely listening
         probe = f"import sys; from logbus.postgres import healthy; sys.exit(0 if healthy('127.0.0.1', {s.health[1]}) else 1)"
     elif s.health[0] == "airflow":  # as logbus.local.airflow_healthy: 200, metadatabase and scheduler healthy

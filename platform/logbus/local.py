@@ -183,6 +183,10 @@ def _healthy(s: Service, state: State) -> bool:
         return zookeeper_mode(s.host, s.health[1]) in ("leader", "follower", "standalone")
     if kind == "airflow":  # the API up is not enough: its scheduler may be gone
         return airflow_healthy(s.host, s.health[1], s.health[2])
+    if kind == "spark-worker":  # registered with its master and ALIVE there, not merely serving its UI
+        from logbus.spark_cluster import alive_workers, master_status
+
+        return any(w.get("host") == s.host for w in alive_workers(master_status(s.health[1], s.health[2])))
     if kind == "postgres":  # accepting logins (not starting up, shutting down or recovering)
         from logbus.postgres import healthy
 

@@ -54,7 +54,8 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     depends_on: list[str] = field(default_factory=list)
     health: tuple = ("alive",)     # ("tcp", port) | ("http", port, path) | ("zookeeper", port) | ("postgres", port)
-    #                                | ("airflow", port, path) | ("init", secrets dir) | ("alive",)
+    #                                | ("airflow", port, path) | ("spark-worker", master host, master UI port)
+    #                                | ("init", secrets dir) | ("alive",)
     port: int | None = None        # the port users connect to, if any
     url: str | None = None         # printed by `logbus up` (http services)
     program: str = "logbus"        # the command compose runs (the CLI)

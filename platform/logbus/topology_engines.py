@@ -70,7 +70,7 @@ def spark(n, dc: str, spec: dict) -> tuple[list[Service], dict[str, str]]:
                 "--webui-port", str(worker_webui), "--cores", cores, "--memory", memory,
                 "--work-dir", n.data_dir(name)]
         out.append(Service(name, dc, "spark-worker", host, argv, depends_on=[master],
-                           health=("http", worker_webui, "/json/"), url=f"http://{host}:{worker_webui}",
+                           health=("spark-worker", master_host, webui), url=f"http://{host}:{worker_webui}",
                            volumes=[f"{WAREHOUSE_VOLUME}:/var/lib/logbus/{WAREHOUSE_VOLUME}"]
                            if n.target == "compose" else []))
     settings = {"spark.master": f"spark://{master_host}:{port}",
