@@ -87,7 +87,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def topology_dir():
     """A temporary directory for a ``logbus up`` state that the ``postgres`` user can reach: as root, PostgreSQL
-    runs as that user, and pytest's own base directory (/tmp/pytest-of-root) is 0700. Removed afterwards."""
+    runs as that user, and pytest's own base directory (/tmp/pytest-of-root) is 0700. (``logbus postgres`` would
+    then bind-mount its data in a namespace of its own — tested in test_postgres_unreachable.py; the whole-topology
+    tests keep to the plain path.) Removed afterwards."""
     import os
     import shutil
     import tempfile
