@@ -591,12 +591,9 @@ def _groups_of(name: str):
 
 
 def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    from logbus.local import exit_text  # "code 1", or the signal's name ("SIGKILL"), as the supervisors say it
+
+    return exit_text(code)
 
 
 # -- the CLI -----------------------------------------------------------------------------------------------------
