@@ -104,8 +104,12 @@ def test_a_signal_to_the_pid_reaches_the_last_program(tmp_path, stand_ins):
     target = tmp_path / "mnt"
     target.mkdir()
     program = ["/bin/sh", "-c", 'trap "echo fast shutdown; exit 0" INT; echo ready; while :; do sleep 0.05; done']
+    # SIGINT at its default in the chain: a run started in the background by a non-interactive shell (a CI job's
+    # `cmd &`) inherits SIGINT ignored, and a shell cannot trap a signal ignored on entry (PostgreSQL, a C program,
+    # installs its own handler and is not affected)
     proc = subprocess.Popen(namespace_command(program, tmp_path, target, 1, 1, os.getpid(), tools),
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline() == "ready\n"
         proc.send_signal(signal.SIGINT)
