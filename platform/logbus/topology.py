@@ -33,10 +33,12 @@ THREE_DC = REPO / "topology" / "three-dc.json"  # two live datacenters mirrored 
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
 # (an ensemble's ZooKeeper nodes are .10, .11, ...)
 OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "lag": 32, "audit": 40, "airflow": 50,
-          "prometheus": 60, "frontend": 100}
+          "prometheus": 60, "frontend": 100, "postgres": 55, "spark-master": 70, "spark-worker": 70}
 
 # a ZooKeeper ensemble's peer ports; each service's /metrics (a mirror per source: metrics + its index); Prometheus
-PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888, "metrics": 9404, "prometheus": 9090}
+PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888, "metrics": 9404, "prometheus": 9090,
+                 # the loads' engines (logbus.topology_engines): Spark's master RPC and the UIs, PostgreSQL
+                 "spark_master": 7077, "spark_master_webui": 8085, "spark_worker_webui": 8086, "postgres": 5432}
 
 
 class TopologyError(ValueError):

@@ -18,19 +18,7 @@ from __future__ import annotations
 
 from logbus.topology import Service, TopologyError
 
-# a datacenter's engines' addresses inside its 127.0.x network (local target)
-SPARK_OCTET, POSTGRES_OCTET = 70, 55
-PORTS = {"spark_master": 7077, "spark_master_webui": 8085, "spark_worker_webui": 8086, "postgres": 5432}
 WAREHOUSE_VOLUME = "warehouse"
-
-
-def _host(n, dc: str, name: str, octet: int) -> str:
-    return name if n.target == "compose" else f"{n.topo['datacenters'][dc]['network']}.{octet}"
-
-
-def _port(n, kind: str, dc: str) -> int:
-    ports = n.topo["ports"]
-    return int(ports.get(f"{dc}.{kind}") or ports.get(kind) or PORTS[kind])
 
 
 def warehouse_dir(n, dc: str, airflow_data: str) -> str:
@@ -55,8 +43,8 @@ def spark(n, dc: str, spec: dict) -> tuple[list[Service], dict[str, str]]:
         return [], {"spark.master": spec.get("spark_master", "local[2]")}
     listen_all = n.target == "compose"
     master = f"{dc}-spark-master"
-    master_host = _host(n, dc, master, SPARK_OCTET)
-    port, webui = _port(n, "spark_master", dc), _port(n, "spark_master_webui", dc)
+    master_host = n.host(dc, "spark-master")
+    port, webui = n.port("spark_master", dc), n.port("spark_master_webui", dc)
     out = [Service(master, dc, "spark-master", master_host, [
         "spark-master", "--host", "0.0.0.0" if listen_all else master_host, "--port", str(port),
         "--webui-port", str(webui), "--work-dir", n.data_dir(master)],
@@ -64,8 +52,8 @@ def spark(n, dc: str, spec: dict) -> tuple[list[Service], dict[str, str]]:
     cores, memory = str(spec.get("spark_worker_cores", 1)), str(spec.get("spark_worker_memory", "1g"))
     for i in range(1, count + 1):
         name = f"{dc}-spark-worker{i}"
-        host = _host(n, dc, name, SPARK_OCTET + i)
-        worker_webui = _port(n, "spark_worker_webui", dc)
+        host = n.host(dc, "spark-worker", i)
+        worker_webui = n.port("spark_worker_webui", dc)
         argv = ["spark-worker", "--master", f"spark://{master_host}:{port}", "--host", host,
                 "--webui-port", str(worker_webui), "--cores", cores, "--memory", memory,
                 "--work-dir", n.data_dir(name)]
@@ -103,7 +91,7 @@ def postgres(n, dc: str, spec: dict) -> tuple[list[Service], dict[str, str]]:
     from logbus import postgres as pg
 
     name = f"{dc}-postgres"
-    host, port = _host(n, dc, name, POSTGRES_OCTET), _port(n, "postgres", dc)
+    host, port = n.host(dc, "postgres"), n.port("postgres", dc)
     data = n.data_dir(name)
     password = f"{data}/password"
     service = Service(name, dc, "postgres", host, [
