@@ -12,21 +12,18 @@ Usage: .venv/bin/python bench/request_cost.py --before <commit> [--messages 2000
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
-from benchkit import logbus_side  # noqa: E402
+from benchkit import logbus_side, side_by_side  # noqa: E402
 from paper_benchmark import SIZE, per_request, produce_requests  # noqa: E402
 from support import BrokerProcess, free_port, wait_for_port  # noqa: E402
 
@@ -63,40 +60,18 @@ def measure(workdir: Path, platform_dir: Path, messages: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--report-only", action="store_true", help="rewrite the .md and .png from the .json")
-    parser.add_argument("--before", help="the commit to compare the working tree with (required unless --report-only)")
-    parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
-    args = parser.parse_args()
+    args = side_by_side.parser(messages=200_000).parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         write_report(json.loads((out / "request_cost.json").read_text()), out)
         return 0
     if not args.before:
-        parser.error("--before is required")
-    before_rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=REPO, check=True,
-                                capture_output=True, text=True).stdout.strip()
-    after_rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
-                               capture_output=True, text=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="logbus-request-cost-"))
-    try:
-        old = work / "before"
-        old.mkdir()
-        archive = subprocess.run(["git", "archive", before_rev, "platform"], cwd=REPO, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
-        variants = {"before": old / "platform", "after": REPO / "platform"}
-        runs: dict[str, list[dict]] = {name: [] for name in variants}
-        for i in range(1, args.rounds + 1):
-            for name, platform_dir in variants.items():  # alternating: drift on a shared machine hits both
-                result = measure(work / f"{name}-{i}", platform_dir, args.messages)
-                runs[name].append(result)
-                print(f"round {i} {name:6} {result}", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        sys.exit("request_cost.py: --before is required")
+    before_rev, after_rev = side_by_side.short_rev(args.before), side_by_side.short_rev("HEAD")
+    runs = side_by_side.alternate(before_rev, args.rounds, lambda work, tree: measure(work, tree, args.messages),
+                                  "logbus-request-cost-",
+                                  lambda i, name, result: print(f"round {i} {name:6} {result}", flush=True))
     results = {"command": "python bench/request_cost.py " + " ".join(sys.argv[1:]), "before": before_rev,
                "after": f"{after_rev} + working tree", "messages": args.messages, "message_bytes": SIZE,
                "cpus": os.cpu_count(), "runs": runs}

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from spark_jobs.columnar import Records, binary_array, string_array, varint
+from broker.protocol.columnar import varint
+from spark_jobs.columnar import Records, binary_array, string_array
 
 SIMPLE = {"boolean", "int", "long", "float", "double", "string", "bytes"}
 AUDIT = {"_producer": "logbus.audit.producer", "_seq": "logbus.audit.seq", "_host": "logbus.audit.host",

@@ -1,11 +1,9 @@
 """Kafka records (``DefaultRecord``, see :mod:`broker.protocol.record_reader`) parsed in bulk into numpy columns.
 
 A :class:`Records` holds the records sections of consecutive batches concatenated into one buffer, and per
-record the positions and lengths of its key, value and headers in it, its offset and timestamp. Only the
-record boundaries are found in a Python loop (a record's length decides where the next one starts, one
-varint per record); every field after that is decoded for all records at once with numpy, and the structure
-is checked as strictly as ``record_reader.iter_records`` does (every field inside its record, the records
-filling their batch exactly), raising ``InvalidRecord`` otherwise.
+record the positions and lengths of its key, value and headers in it, its offset and timestamp: the broker's
+bulk parse (:mod:`broker.protocol.columnar`, checked as strictly as ``record_reader.iter_records``) plus each
+batch's base offset and timestamps.
 
 :func:`binary_array` / :func:`string_array` build Arrow arrays straight from (position, length) pairs; from
 them :func:`raw_batch` gives the source's raw columns (``key``, ``value``, ``headers``, ...).
@@ -16,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from broker.protocol import columnar
+from broker.protocol.columnar import I64
 
-PAD = 16  # zero bytes after the buffer: a varint read past the end of a malformed record stays in bounds
-I64 = np.int64
 
 
 @dataclass
@@ -39,114 +37,17 @@ class Records:
         return len(self.offset)
 
 
-def varint(buf: np.ndarray, pos: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Zigzag varints at ``pos`` (at most ``limit`` bytes): (values, positions after them, too-long mask)."""
-    from broker.protocol.records import InvalidRecord
-
-    pos = np.minimum(pos, len(buf) - PAD)
-    b = buf[pos]
-    raw = (b & 0x7F).astype(np.uint64)
-    size = np.ones(len(pos), dtype=I64)
-    idx = np.flatnonzero(b >= 0x80)
-    shift = 7
-    while idx.size:
-        if shift >= 7 * limit:
-            raise InvalidRecord("varint longer than its type allows")
-        b = buf[pos[idx] + size[idx]]
-        raw[idx] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
-        size[idx] += 1
-        idx = idx[b >= 0x80]
-        shift += 7
-    value = (raw >> np.uint64(1)).astype(I64) ^ -(raw & np.uint64(1)).astype(I64)
-    return value, pos + size
-
-
-def _record_starts(data: bytes, counts: list[int], sizes: list[int]) -> list[int]:
-    """The byte position of each record (its length field) — the one per-record Python loop."""
-    from broker.protocol.records import InvalidRecord
-
-    starts: list[int] = []
-    append = starts.append
-    pos = 0
-    end = 0
-    try:
-        for count, size in zip(counts, sizes):
-            end += size
-            for _ in range(count):
-                append(pos)
-                b = data[pos]
-                if b < 0x80:
-                    pos += 1 + ((b >> 1) ^ -(b & 1))
-                    continue
-                c = data[pos + 1]
-                if c < 0x80:
-                    b = (b & 0x7F) | c << 7
-                    pos += 2 + ((b >> 1) ^ -(b & 1))
-                    continue
-                raw, shift, p = 0, 0, pos
-                while True:
-                    b = data[p]
-                    raw |= (b & 0x7F) << shift
-                    p += 1
-                    if b < 0x80 or p - pos >= 5:
-                        break
-                    shift += 7
-                if b >= 0x80:
-                    raise InvalidRecord("varint longer than its type allows")
-                pos = p + ((raw >> 1) ^ -(raw & 1))
-            if pos != end:
-                raise InvalidRecord("the records do not fill their batch exactly")
-    except IndexError:
-        raise InvalidRecord("fewer records than the batch declares (premature end)") from None
-    return starts
-
-
 def parse(batches: list[tuple[object, bytes]]) -> Records:
     """All records of ``batches`` ((BatchHeader, records section) in offset order)."""
-    from broker.protocol.records import InvalidRecord
-
-    data = b"".join(body for _, body in batches)
-    counts = [h.record_count for h, _ in batches]
-    starts = np.array(_record_starts(data, counts, [len(body) for _, body in batches]), dtype=I64)
-    buf = np.frombuffer(data + bytes(PAD), dtype=np.uint8)
-    length, p = varint(buf, starts, 5)
-    end = p + length
-    bad = length < 6
-    p = p + 1  # attributes
-    ts_delta, p = varint(buf, p, 10)
-    offset_delta, p = varint(buf, p, 5)
-    key_len, p = varint(buf, p, 5)
-    key_pos = p
-    p = p + np.maximum(key_len, 0)
-    value_len, p = varint(buf, p, 5)
-    value_pos = p
-    p = p + np.maximum(value_len, 0)
-    bad |= p >= end
-    header_count, p = varint(buf, p, 5)
-    bad |= (header_count < 0) | (header_count * 2 > end - p)
-    if bad.any():
-        raise InvalidRecord("a record's fields do not fit its declared length")
-    headers = []
-    for h in range(int(header_count.max()) if len(header_count) else 0):
-        idx = np.flatnonzero(header_count > h)
-        hk_len, q = varint(buf, p[idx], 5)
-        hk_pos = q
-        q = q + np.maximum(hk_len, 0)
-        hv_len, q = varint(buf, q, 5)
-        hv_pos = q
-        p[idx] = q + np.maximum(hv_len, 0)
-        if (hk_len < 0).any() or (p[idx] > end[idx]).any():
-            raise InvalidRecord("a header runs past its record")
-        headers.append((idx, hk_pos, hk_len, hv_pos, hv_len))
-    if (p != end).any():
-        raise InvalidRecord("a record's fields do not fill its declared length")
-    per_batch = np.array(counts, dtype=I64)
+    f = columnar.parse(b"".join(body for _, body in batches), [h.record_count for h, _ in batches],
+                       [len(body) for _, body in batches])
+    per_batch = np.array([h.record_count for h, _ in batches], dtype=I64)
     base_offset = np.repeat(np.array([h.base_offset for h, _ in batches], dtype=I64), per_batch)
     log_append = np.repeat(np.array([bool(h.attributes & 0x08) for h, _ in batches]), per_batch)
     base_ts = np.repeat(np.array([h.base_timestamp for h, _ in batches], dtype=I64), per_batch)
     max_ts = np.repeat(np.array([h.max_timestamp for h, _ in batches], dtype=I64), per_batch)
-    return Records(buf, base_offset + offset_delta, np.where(log_append, max_ts, base_ts + ts_delta), log_append,
-                   key_pos, key_len, value_pos, value_len, header_count, headers)
+    return Records(f.buf, base_offset + f.offset_delta, np.where(log_append, max_ts, base_ts + f.ts_delta),
+                   log_append, f.key_pos, f.key_len, f.value_pos, f.value_len, f.header_count, f.headers)
 
 
 def select(r: Records, keep: np.ndarray) -> Records:

@@ -99,4 +99,7 @@ def topology_dir():
     try:
         yield base
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if os.environ.get("LOGBUS_KEEP_TEST_STATE"):  # a developer's post-mortem: logs stay, the path is printed
+            print(f"topology state kept in {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)

@@ -10,7 +10,11 @@ reconciliation takes the latest snapshot per (tier, topic, window, producer). An
 registry away, a refused snapshot) restarts the counter the same way after a bounded backoff, so it never stops
 before it is told to. A round marker is a TIER event
 with producer id ``__round__`` whose ``host`` lists the topics and whose ``source`` entries give, per partition,
-the topic's index (``first``) and the last offset read (``last``).
+the topic's index (``first``) and the last offset read (``last``), and whose ``sequences`` give, per ``_audit``
+partition, the offset of the last snapshot the round's counts rely on (``[[partition, offset], ...]``).
+Recovery refuses (and tries again after the backoff) while it cannot read that far: a broker restarted from its
+high-watermark checkpoint, a follower's before it led, can expose a later round marker in one partition and
+hide an earlier snapshot in another for a moment; counting on from such a view would lose those counts for good.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ from logbus.retry import Backoff
 log = logging.getLogger(__name__)
 
 
+class IncompleteRound(RuntimeError):
+    """Recovery sees the last round marker but not every snapshot it relies on (yet)."""
+
+
 class TierCounter:
     def __init__(self, tier: str, consumer_config: dict, whitelist: str, registry_url: str | dict,
                  window_ms: int = 60000, emit_interval_ms: int = 5000, audit_bootstrap: str | None = None):
@@ -68,6 +76,7 @@ class TierCounter:
         self.counts: dict[tuple[str, int, str], dict] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.dirty: set[tuple[str, int, str]] = set()
+        self.stored: dict[int, int] = {}  # _audit partition -> offset of the last snapshot the counts rely on
         self.malformed = 0
         self.restarts = 0
         self.counted: dict[str, int] = {}  # audited records counted, per topic (metrics)
@@ -76,7 +85,9 @@ class TierCounter:
     # ---- recovery -----------------------------------------------------------------------------------------------
     def recover(self) -> None:
         snapshots, last_round = [], None
+        read_to: dict[int, int] = {}  # _audit partition -> last offset read
         for m in read_to_end(self.audit_bootstrap, AUDIT_TOPIC, "logbus-audit-recover", client_conf=self.security):
+            read_to[m.partition()] = m.offset()
             try:
                 event = self.decoder.decode(m.value())
             except Malformed:  # garbage, unknown schema id, ...: counted, never fatal
@@ -88,13 +99,18 @@ class TierCounter:
                 if last_round is None or event["emitted_at"] >= last_round["emitted_at"]:
                     last_round = event
             else:
-                snapshots.append(event)
+                snapshots.append((event, m.partition(), m.offset()))
         if last_round is None:
             return
-        for e in sorted(snapshots, key=lambda e: e["emitted_at"]):
+        behind = [(p, needed) for p, needed in last_round["sequences"] if read_to.get(p, -1) < needed]
+        if behind:  # a restarted broker's high watermark (its checkpoint) hides snapshots the round counted on
+            raise IncompleteRound(f"_audit[{behind[0][0]}] readable to offset {read_to.get(behind[0][0], -1)}, "
+                                  f"the last complete round needs {behind[0][1]}")
+        for e, partition, offset in sorted(snapshots, key=lambda s: s[0]["emitted_at"]):
             if e["emitted_at"] <= last_round["emitted_at"]:
                 self.counts[(e["topic"], e["window_start"], e["producer_id"])] = {
                     "count": e["count"], "seqs": RangeSet(e["sequences"]), "end": e["window_end"], "host": e["host"]}
+                self.stored[partition] = max(self.stored.get(partition, -1), offset)
         topics = last_round["host"].split(",") if last_round["host"] else []
         for r in last_round["source"]:  # a round marker: host lists the topics, first = topic index, last = offset
             self.positions[(topics[r["first"]], r["partition"])] = r["last"] + 1
@@ -124,6 +140,7 @@ class TierCounter:
         self.counts.clear()
         self.positions.clear()
         self.dirty.clear()
+        self.stored.clear()
         if self.restarts:  # snapshots of a failed round must not arrive after the new ones
             self.producer.purge(in_queue=True, in_flight=False)
             self.producer.flush(0)
@@ -201,7 +218,7 @@ class TierCounter:
         topics = sorted({t for t, _ in self.positions})
         self._send({"kind": "TIER", "tier": self.tier, "producer_id": ROUND, "host": ",".join(topics), "topic": "",
                     "window_start": 0, "window_end": 0, "count": len(self.dirty), "first_seq": 0, "last_seq": 0,
-                    "bytes": 0, "sequences": [], "emitted_at": now,
+                    "bytes": 0, "sequences": [[p, o] for p, o in sorted(self.stored.items())], "emitted_at": now,
                     "source": [{"partition": p, "first": topics.index(t), "last": o - 1}
                                for (t, p), o in sorted(self.positions.items())]}, failed)
         self._flush(failed, "round marker")
@@ -218,4 +235,7 @@ class TierCounter:
     def _send(self, event: dict, failed: list) -> None:
         self.producer.produce(AUDIT_TOPIC, self.serializer(event, SerializationContext(AUDIT_TOPIC,
                                                                                        MessageField.VALUE)),
-                              on_delivery=lambda err, _msg: failed.append(err) if err else None)
+                              on_delivery=lambda err, msg: failed.append(err) if err else self._stored(msg))
+
+    def _stored(self, msg) -> None:
+        self.stored[msg.partition()] = max(self.stored.get(msg.partition(), -1), msg.offset())

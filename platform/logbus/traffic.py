@@ -56,6 +56,7 @@ def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: in
             log.warning("schema registry %s: %s; trying again in %.1f s", registry_url, exc, delay)
             time.sleep(delay)
     sent, start = 0, time.monotonic()
+    failed = _Failures()
     try:
         while not stopping and (seconds is None or time.monotonic() - start < seconds):
             member = rng.randrange(1_000_000)
@@ -69,7 +70,7 @@ def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: in
                                           "page": page}
             value = serializers[topic](event, SerializationContext(topic, MessageField.VALUE))
             while not stopping:
-                if _produce(producer, topic, value, str(member).encode(), backoff):
+                if _produce(producer, topic, value, str(member).encode(), backoff, failed.report):
                     sent += 1
                     break
             producer.poll(0)
@@ -78,15 +79,30 @@ def run(bootstrap: str, registry_url: str, rate: float, host: str, window_ms: in
                 time.sleep(min(delay, 0.5))
     finally:
         producer.flush(30)
-    print(f"logbus demo-traffic: {sent} events sent", flush=True)
+    print(f"logbus demo-traffic: {sent} events sent, {failed.count} not delivered", flush=True)
     return 0
 
 
-def _produce(producer, topic: str, value: bytes, key: bytes, backoff: Backoff) -> bool:
+class _Failures:
+    """Events the cluster never acknowledged (the audit counts them as produced: its report shows them
+    missing): counted, the first and then every thousandth logged with librdkafka's reason."""
+
+    def __init__(self):
+        self.count = 0
+
+    def report(self, err, msg) -> None:
+        if err is None:
+            return
+        self.count += 1
+        if self.count == 1 or self.count % 1000 == 0:
+            log.warning("%d event(s) not delivered; the last to %s: %s", self.count, msg.topic(), err)
+
+
+def _produce(producer, topic: str, value: bytes, key: bytes, backoff: Backoff, on_delivery=None) -> bool:
     """One event; False (after a pause) when it must be tried again: the local queue is full while the
     cluster is away, or the audit event could not be serialized."""
     try:
-        producer.produce(topic, value, key=key)
+        producer.produce(topic, value, key=key, on_delivery=on_delivery)
         backoff.reset()
         return True
     except BufferError:

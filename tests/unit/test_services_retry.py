@@ -306,3 +306,64 @@ def test_audited_producer_counts_nothing_when_the_window_event_cannot_be_seriali
     assert sent == ["pv", "_audit", "pv"]
     assert producer._windows["pv"].start == 1000 and producer._windows["pv"].count == 1
     assert producer._windows["pv"].first_seq == 1
+
+
+class AuditLog:
+    """A fake audit cluster: produce appends to a partition and reports the offset, as librdkafka's delivery
+    report does; ``visible`` bounds what a reader sees per partition (a restarted broker's high watermark)."""
+
+    def __init__(self, partitions=3):
+        self.partitions = [[] for _ in range(partitions)]
+        self.visible: dict[int, int] = {}
+        self.turn = 0
+
+    def produce(self, topic, value, on_delivery=None):
+        p = self.turn % len(self.partitions)  # spread like keyless produce
+        self.turn += 1
+        self.partitions[p].append(value)
+        if on_delivery:
+            on_delivery(None, FakeMessage(topic, p, len(self.partitions[p]) - 1))
+
+    def flush(self, _t=-1):
+        return 0
+
+    def read_to_end(self, *_a, **_k):
+        for p, records in enumerate(self.partitions):
+            for offset, value in enumerate(records[: self.visible.get(p, len(records))]):
+                m = FakeMessage("_audit", p, offset)
+                m.value = lambda v=value: v
+                yield m
+
+
+def test_counter_recovery_waits_for_the_snapshots_its_last_round_relies_on(monkeypatch):
+    """After both brokers of a cluster restart, a partition whose new leader was a follower shows less (its
+    high-watermark checkpoint) than one whose leader stayed: the last round marker can be visible while a snapshot
+    it relies on is not. Counting on from there would lose that snapshot's counts for good: recovery refuses
+    until it reads far enough."""
+    import audit.counter as counter_module
+
+    cluster = AuditLog()
+    monkeypatch.setattr(counter_module, "read_to_end", cluster.read_to_end)
+    counter = _counter()
+    counter.decoder.decode = lambda value: value
+    counter.producer = cluster
+    for seq in range(3):  # three rounds, one snapshot each, then its marker
+        counter.counts[("pv", 0, "p1")] = {"count": seq + 1, "seqs": _ranges(0, seq), "end": 60000, "host": "h"}
+        counter.positions[("pv", 0)] = seq + 1
+        counter.dirty.add(("pv", 0, "p1"))
+        assert counter.emit()
+        time.sleep(0.002)  # rounds are emitted_at apart (the emit interval)
+    marker = cluster.partitions[2][-1]  # rounds go snapshot, marker, snapshot, marker, ...: the last marker
+    assert marker["producer_id"] == "__round__" and marker["sequences"] == [[0, 1], [1, 1], [2, 0]]
+    assert cluster.partitions[1][1]["count"] == 3  # the third snapshot (turn 4): partition 1, offset 1
+
+    cluster.visible = {1: 1}  # partition 1 shows only its first record: the third round's snapshot is hidden
+    fresh = _counter()
+    fresh.decoder.decode = lambda value: value
+    with pytest.raises(counter_module.IncompleteRound, match=r"_audit\[1\] readable to offset 0"):
+        fresh.recover()
+    cluster.visible = {}
+    fresh._reset()
+    fresh.recover()
+    assert fresh.counts[("pv", 0, "p1")]["count"] == 3 and fresh.positions == {("pv", 0): 3}
+    assert fresh.stored == {0: 0, 1: 1, 2: 0}  # the snapshots relied on

@@ -23,7 +23,10 @@ have fit, uncompressed: librdkafka's ``batch.size`` counts uncompressed bytes), 
 MESSAGE_TOO_LARGE by splitting the batch. A payload that does not decompress is CORRUPT_MESSAGE: the bytes
 under a valid CRC are not records (Kafka throws a plain KafkaException there: UNKNOWN_SERVER_ERROR).
 
-Cost: the framing checks and the CRC are C-speed; the record walk is Python, about a microsecond per record.
+Cost: the framing checks and the CRC are C-speed. The record rules are checked column-wise with numpy for a batch
+of ``columnar.COLUMNAR_MIN_RECORDS`` records or more (tens of nanoseconds a record, after a fixed cost of some
+tens of microseconds), record by record in Python for smaller ones (about a microsecond a record); when the
+columns find anything wrong, the record walk runs and raises the exact error of the first bad record.
 Given a ``budget`` (bytes of records), :func:`check_records` stops with :class:`OverBudget` as soon as it knows
 the record set holds more than that, decompressed, before doing that work: the produce handler checks small
 record sets on the event loop with a budget (a thread hand-off costs more than they do) and hands the others
@@ -46,7 +49,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.protocol import compression, records
+import numpy as np
+
+from broker.protocol import columnar, compression, records
 from broker.protocol.record_reader import MIN_RECORD_SIZE, encode_batch, iter_records
 from broker.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchSummary, InvalidRecord
 
@@ -152,8 +157,37 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
         raise
     if smallest > len(body):
         raise InvalidRecord(f"{count} records cannot fit in {len(body)} decompressed bytes")
-    expected = 0
     base_timestamp = _BASE.unpack_from(batch, 27)[0] if bounds is not None else 0  # read once per batch
+    if count >= columnar.COLUMNAR_MIN_RECORDS and _columns_pass(body, count, compacted, base_timestamp, bounds):
+        return len(body)
+    _walk(batch, body, count, compacted, base_timestamp, bounds)
+    return len(body)
+
+
+def _columns_pass(body, count: int, compacted: bool, base_timestamp: int, bounds: tuple[int, int] | None) -> bool:
+    """The record rules checked column-wise (:mod:`columnar`): True when every record passes. False when any
+    does not, or when a timestamp could overflow 64 bits: then the record walk decides, with its exact error."""
+    try:
+        f = columnar.parse(body, [count], [len(body)], headers=False)
+    except InvalidRecord:
+        return False
+    if not np.array_equal(f.offset_delta, np.arange(count, dtype=np.int64)):
+        return False
+    if compacted and bool((f.key_len < 0).any()):
+        return False
+    if bounds is not None:
+        lowest, highest = int(f.ts_delta.min()), int(f.ts_delta.max())
+        if not -LONG_MAX - 1 <= base_timestamp + lowest <= base_timestamp + highest <= LONG_MAX:
+            return False
+        ts = base_timestamp + f.ts_delta
+        if bool(((ts != NO_TIMESTAMP) & ((ts < bounds[0]) | (ts > bounds[1]))).any()):
+            return False
+    return True
+
+
+def _walk(batch, body, count: int, compacted: bool, base_timestamp: int, bounds: tuple[int, int] | None) -> None:
+    """The record rules record by record; raises at the first record that breaks one."""
+    expected = 0
     for _start, _end, ts_delta, offset_delta, _key_start, key_length, _value_length in iter_records(body, count):
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
@@ -162,7 +196,6 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
         if bounds is not None:
             _check_timestamp(batch, base_timestamp + ts_delta, offset_delta, bounds)
         expected += 1
-    return len(body)
 
 
 def _check_timestamp(batch, timestamp: int, offset_delta: int, bounds: tuple[int, int]) -> None:

@@ -1,0 +1,51 @@
+"""Two versions of the broker side by side in one run: the working tree's ``platform/`` and an earlier commit's
+(``git archive``), measured in alternating rounds so that drift on a shared machine hits both alike."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parser(messages: int) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    p.add_argument("--report-only", action="store_true", help="rewrite the .md and .png from the .json")
+    p.add_argument("--before", help="the commit to compare the working tree with (required unless --report-only)")
+    p.add_argument("--messages", type=int, default=messages)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=str(REPO / "bench" / "results"))
+    return p
+
+
+def short_rev(name: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", name], cwd=REPO, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def alternate(before_rev: str, rounds: int, measure: Callable[[Path, Path], dict], prefix: str,
+              on_result: Callable[[int, str, dict], None] = lambda *_: None) -> dict[str, list[dict]]:
+    """``measure(workdir, platform_dir)`` for "before" (``before_rev``'s platform/) and "after" (this tree's),
+    ``rounds`` times each, alternating; {"before": [...], "after": [...]}."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        old = work / "before"
+        old.mkdir()
+        archive = subprocess.run(["git", "archive", before_rev, "platform"], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        variants = {"before": old / "platform", "after": REPO / "platform"}
+        runs: dict[str, list[dict]] = {name: [] for name in variants}
+        for i in range(1, rounds + 1):
+            for name, platform_dir in variants.items():
+                result = measure(work / f"{name}-{i}", platform_dir)
+                runs[name].append(result)
+                on_result(i, name, result)
+        return runs
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
