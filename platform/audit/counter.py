@@ -15,6 +15,8 @@ partition, the offset of the last snapshot the round's counts rely on (``[[parti
 Recovery refuses (and tries again after the backoff) while it cannot read that far: a broker restarted from its
 high-watermark checkpoint, a follower's before it led, can expose a later round marker in one partition and
 hide an earlier snapshot in another for a moment; counting on from such a view would lose those counts for good.
+After ``recovery_wait_s`` (10 minutes) of that it counts on anyway, logging an error: the cluster then lost
+what it had acknowledged (an unclean election), and a counter must not stop for it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class TierCounter:
         self.positions: dict[tuple[str, int], int] = {}
         self.dirty: set[tuple[str, int, str]] = set()
         self.stored: dict[int, int] = {}  # _audit partition -> offset of the last snapshot the counts rely on
+        self.recovery_wait_s = 600.0  # how long recovery waits for a round's snapshots to become readable
+        self._behind_since: float | None = None
         self.malformed = 0
         self.restarts = 0
         self.counted: dict[str, int] = {}  # audited records counted, per topic (metrics)
@@ -104,8 +108,16 @@ class TierCounter:
             return
         behind = [(p, needed) for p, needed in last_round["sequences"] if read_to.get(p, -1) < needed]
         if behind:  # a restarted broker's high watermark (its checkpoint) hides snapshots the round counted on
-            raise IncompleteRound(f"_audit[{behind[0][0]}] readable to offset {read_to.get(behind[0][0], -1)}, "
-                                  f"the last complete round needs {behind[0][1]}")
+            what = (f"_audit[{behind[0][0]}] readable to offset {read_to.get(behind[0][0], -1)}, the last complete "
+                    f"round needs {behind[0][1]}")
+            if self._behind_since is None:
+                self._behind_since = time.monotonic()
+            if time.monotonic() - self._behind_since < self.recovery_wait_s:
+                raise IncompleteRound(what)
+            log.error("tier %s: %s for %.0f s (the cluster lost what it had acknowledged?): counting on from what "
+                      "is readable; the report will show this tier short where counts were lost",
+                      self.tier, what, time.monotonic() - self._behind_since)
+        self._behind_since = None
         for e, partition, offset in sorted(snapshots, key=lambda s: s[0]["emitted_at"]):
             if e["emitted_at"] <= last_round["emitted_at"]:
                 self.counts[(e["topic"], e["window_start"], e["producer_id"])] = {

@@ -367,3 +367,14 @@ def test_counter_recovery_waits_for_the_snapshots_its_last_round_relies_on(monke
     fresh.recover()
     assert fresh.counts[("pv", 0, "p1")]["count"] == 3 and fresh.positions == {("pv", 0): 3}
     assert fresh.stored == {0: 0, 1: 1, 2: 0}  # the snapshots relied on
+
+    # a cluster that lost what it acknowledged (an unclean election): after recovery_wait_s, count on anyway
+    cluster.visible = {1: 1}
+    fresh._reset()
+    fresh.recovery_wait_s = 0.2
+    with pytest.raises(counter_module.IncompleteRound):
+        fresh.recover()
+    time.sleep(0.3)
+    fresh._reset()
+    fresh.recover()
+    assert fresh.counts[("pv", 0, "p1")]["count"] == 2  # the second round's snapshot: the third is gone
