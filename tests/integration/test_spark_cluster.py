@@ -241,7 +241,7 @@ def test_the_executors_import_the_jobs_code_from_the_zip_alone(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_a_cluster_load_reads_on_both_workers_and_equals_a_local_load(spark_cluster, broker, registry, driver,
                                                                       tmp_path):
     from spark_jobs.load import run_cycle, session
@@ -282,7 +282,7 @@ def test_a_cluster_load_reads_on_both_workers_and_equals_a_local_load(spark_clus
     assert sum(on_cluster["ledger"]["pageviews"].values()) == 6001
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_an_executor_killed_mid_load_is_retried_and_every_record_is_published_once(spark_cluster, broker, registry,
                                                                                   driver, tmp_path):
     from spark_jobs.load import run_cycle, session
