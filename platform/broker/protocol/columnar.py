@@ -36,17 +36,13 @@ class Fields:
     buf: np.ndarray  # uint8: the records sections + PAD zero bytes
     start: np.ndarray  # the record's length field
     end: np.ndarray  # one past its last byte
-    attributes_pos: np.ndarray
     ts_delta: np.ndarray
     offset_delta: np.ndarray
-    key_len_pos: np.ndarray  # the key length field: key_len_pos .. headers_pos is key + value as encoded
     key_pos: np.ndarray
     key_len: np.ndarray  # < 0: null
     value_pos: np.ndarray
     value_len: np.ndarray
-    headers_pos: np.ndarray  # the header count field
     header_count: np.ndarray
-    own_headers: np.ndarray  # the first header (after the count field)
     # per header index h: (record indices with more than h headers, key pos, key len, value pos, value len)
     headers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
@@ -118,14 +114,13 @@ def parse(data, counts: list[int], sizes: list[int], headers: bool = True) -> Fi
     ``headers``: also locate each header's key and value (``Fields.headers``); the structure is checked either
     way."""
     starts = np.array(record_starts(data, counts, sizes), dtype=I64)
-    buf = np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
+    buf = np.zeros(len(data) + PAD, dtype=np.uint8)  # one copy of the records, padded
+    buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
     length, p = varint(buf, starts, 5)
     end = p + length
     bad = length < 6
-    attributes_pos = p
-    ts_delta, p = varint(buf, p + 1, 10)
+    ts_delta, p = varint(buf, p + 1, 10)  # after the attributes byte
     offset_delta, p = varint(buf, p, 5)
-    key_len_pos = p
     key_len, p = varint(buf, p, 5)
     key_pos = p
     p = p + np.maximum(key_len, 0)
@@ -134,9 +129,7 @@ def parse(data, counts: list[int], sizes: list[int], headers: bool = True) -> Fi
     value_pos = p
     p = p + np.maximum(value_len, 0)
     bad |= p >= end
-    headers_pos = p
     header_count, p = varint(buf, p, 5)
-    own_headers = p
     bad |= (header_count < 0) | (header_count * 2 > end - p)
     if bad.any():
         raise InvalidRecord(f"record {int(np.argmax(bad))}: its fields do not fit its declared length")
@@ -157,5 +150,5 @@ def parse(data, counts: list[int], sizes: list[int], headers: bool = True) -> Fi
                 located.append((idx, hk_pos, hk_len, hv_pos, hv_len))
     if (p != end).any():
         raise InvalidRecord(f"record {int(np.argmax(p != end))}: its fields do not fill its declared length")
-    return Fields(buf, starts, end, attributes_pos, ts_delta, offset_delta, key_len_pos, key_pos, key_len,
-                  value_pos, value_len, headers_pos, header_count, own_headers, located)
+    return Fields(buf, starts, end, ts_delta, offset_delta, key_pos, key_len, value_pos, value_len, header_count,
+                  located)
