@@ -39,8 +39,10 @@ from support import BrokerProcess, ZooKeeperProcess, terminate, wait_until  # no
 SIZE = 200
 
 
-MODES = {"at-least-once": [], "records": ["--copy", "records"], "exactly-once": ["--exactly-once"]}
+MODES = {"at-least-once": [], "interpreted": [], "records": ["--copy", "records"], "exactly-once": ["--exactly-once"]}
+MODE_ENV = {"interpreted": {"LOGBUS_JIT": "0"}}  # the whole-batch rewrite in Python, not compiled with numba
 MODE_TITLES = {"at-least-once": "at-least-once, whole batches (default)",
+               "interpreted": "at-least-once, whole batches, `LOGBUS_JIT=0` (the rewrite in Python)",
                "records": "at-least-once, `--copy records` (librdkafka, the path before issue 20)",
                "exactly-once": "`--exactly-once` (whole batches in transactions)"}
 GROUP = "logbus-mirror-live"
@@ -203,7 +205,8 @@ def run_mode(args, flags: list[str], mode: str, processes: int = 1) -> dict:
             mirrors = [subprocess.Popen([sys.executable, "-m", "logbus.cli", "--log-level", "WARNING", "mirror",
                                          "--consumer.config", str(work / "c.properties"), "--producer.config",
                                          str(work / "p.properties"), "--whitelist", "bulk|paced", "--source-name",
-                                         "live", *flags], env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+                                         "live", *flags], env=dict(os.environ, PYTHONPATH=str(REPO / "platform"),
+                                                                   **MODE_ENV.get(mode, {})))
                        for _ in range(processes)]
             mirror = mirrors[0]
             spy = None

@@ -12,31 +12,39 @@ takes exactly one batch per partition. A batch of LogAppendTime source records i
 as the create time (what a consumer saw as the record's timestamp). Compressed source batches are decompressed
 and the target batch is compressed with the same codec.
 
-Cost: one pass over each record's fields (the varint walk of :mod:`broker.protocol.record_reader`) and one
-``bytearray`` append per field group, about 1-2 µs per record instead of the record path's two client objects,
-a callback and a produce call.
+Cost: one pass over each record's fields. Compiled (:func:`broker.protocol.kernels.rewrite_mirrored`, numba):
+about 0.3 µs a record, the source batch's records written into a scratch buffer in one native loop. In Python
+(``LOGBUS_JIT=0``, or the source batches the kernel declines: it leaves every error and every rare input to this
+code, which stays the reference): the varint walk of :mod:`broker.protocol.record_reader` and one ``bytearray``
+append per field group, about 3 µs a record. Either way far below the record path's two client objects, a
+callback and a produce call.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 
 import crc32c
+import numpy as np
 
 from broker.protocol import compression
 from broker.protocol.batch_builder import varint
 from broker.protocol.control import ABORT, CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, read_marker
 from broker.protocol.record_reader import STORED_BATCH_CAP, _varint
 from broker.protocol.records import HEADER_SIZE, InvalidRecord, read_header, whole_batches_length
+from broker.protocol import kernels
 
 SOURCE_HEADER, PARTITION_HEADER, OFFSET_HEADER = "logbus.mirror.source", "logbus.mirror.partition", \
     "logbus.mirror.offset"
 _SOURCE_KEY = SOURCE_HEADER.encode()
+_SOURCE_ARRAY = np.frombuffer(_SOURCE_KEY, np.uint8)
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
 _BEFORE_CRC = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, crc
 _ZZ = tuple(varint(i) for i in range(1 << 14))  # zigzag varints of small non-negative numbers (offset deltas)
 _ZIGZAG = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+_SCRATCH = threading.local()
 MAX_BATCH_BYTES = 900_000  # records bytes per target batch: under the default message.max.bytes (1 MiB)
 
 
@@ -52,6 +60,8 @@ class Provenance:
         self.constant = _header(SOURCE_HEADER, source_name.encode()) + _header(PARTITION_HEADER,
                                                                                str(partition).encode())
         self.offset_key = varint(len(OFFSET_HEADER)) + OFFSET_HEADER.encode()
+        self.constant_array = np.frombuffer(self.constant, np.uint8)
+        self.offset_key_array = np.frombuffer(self.offset_key, np.uint8)
 
 
 @dataclass
@@ -126,6 +136,86 @@ def copy_fetched(data, position: int, aborted: list[tuple[int, int]], provenance
 
 def _rewrite(body, header, position: int, log_append: bool, provenance: Provenance, out: Copied,
              current: TargetBatch, max_batch_bytes: int) -> TargetBatch:
+    """Append the records of one source batch to ``current`` (starting new target batches when full): compiled
+    (:func:`broker.protocol.kernels.rewrite_mirrored`) when it can, else, or when the kernel declines the bytes, in Python."""
+    if kernels.ENABLED:
+        done = _rewrite_compiled(body, header, position, log_append, provenance, out, current, max_batch_bytes)
+        if done is not None:
+            return done
+    return _rewrite_python(body, header, position, log_append, provenance, out, current, max_batch_bytes)
+
+
+def _rewrite_compiled(body, header, position: int, log_append: bool, provenance: Provenance, out: Copied,
+                      current: TargetBatch, max_batch_bytes: int) -> TargetBatch | None:
+    """:func:`_rewrite` by the kernel; None (and everything as it was) when the kernel declines the batch."""
+    source_first_ts = header.max_timestamp if log_append else header.base_timestamp
+    first = current
+    before = (len(current.records), current.count, current.first_timestamp, current.codec,
+              current.last_source_offset, len(out.batches), out.records, out.skipped_loops, out.value_bytes)
+    if current.count == 0:
+        current.first_timestamp = source_first_ts
+        if current.codec == 0:
+            current.codec = header.compression
+    shift = source_first_ts - current.first_timestamp
+    if not -kernels.LIMIT <= shift <= kernels.LIMIT:
+        _restore(first, out, before)
+        return None
+    source = np.frombuffer(body, np.uint8)
+    records = min(header.record_count, len(source) // 7 + 1)  # a record takes at least 7 bytes
+    buffer = _scratch(len(source) + max(records, 0) * (kernels.GROWTH + len(provenance.constant)
+                                                       + len(provenance.offset_key)))
+    state = np.zeros(kernels.STATE_SIZE, np.int64)
+    state[kernels.REMAINING] = header.record_count
+    state[kernels.COUNT] = current.count
+    state[kernels.LAST_OFFSET] = current.last_source_offset
+    copied_before = 0
+    while True:
+        status = kernels.rewrite_mirrored(source, header.base_offset, position, log_append, shift,
+                                        np.frombuffer(varint(shift), np.uint8), provenance.constant_array,
+                                        provenance.offset_key_array, _SOURCE_ARRAY, buffer,
+                                        max_batch_bytes - len(current.records), state)
+        if status == kernels.BAD:
+            _restore(first, out, before)
+            return None
+        current.records += buffer[: state[kernels.WRITTEN]].data
+        current.count = int(state[kernels.COUNT])
+        current.last_source_offset = int(state[kernels.LAST_OFFSET])
+        if status == kernels.OK:
+            break
+        out.records += int(state[kernels.COPIED]) - copied_before  # FULL: the next target batch
+        copied_before = int(state[kernels.COPIED])
+        current = TargetBatch(codec=current.codec, first_timestamp=source_first_ts)
+        out.batches.append(current)
+        shift = 0
+        state[kernels.WRITTEN] = 0
+        state[kernels.COUNT] = 0
+    ts = header.max_timestamp
+    if ts > current.max_timestamp:
+        current.max_timestamp = ts
+    out.records += int(state[kernels.COPIED]) - copied_before
+    out.skipped_loops += int(state[kernels.SKIPPED])
+    out.value_bytes += int(state[kernels.VALUE_BYTES])
+    return current
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's output buffer for the kernel, at least ``size`` bytes: kept, not allocated per batch (a fresh
+    buffer of a batch's size is an mmap, and touching it page faults)."""
+    buffer = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _SCRATCH.buffer = np.empty(max(size, 1 << 20), np.uint8)
+    return buffer
+
+
+def _restore(current: TargetBatch, out: Copied, before: tuple) -> None:
+    (size, current.count, current.first_timestamp, current.codec, current.last_source_offset, batches, out.records,
+     out.skipped_loops, out.value_bytes) = before
+    del current.records[size:]
+    del out.batches[batches:]
+
+
+def _rewrite_python(body, header, position: int, log_append: bool, provenance: Provenance, out: Copied,
+                    current: TargetBatch, max_batch_bytes: int) -> TargetBatch:
     """Append the records of one source batch to ``current`` (starting new target batches when full)."""
     zz, zigzag = _ZZ, _ZIGZAG
     constant, offset_key = provenance.constant, provenance.offset_key

@@ -10,6 +10,7 @@ import random
 import struct
 import time
 import zlib
+from types import SimpleNamespace
 
 import cramjam
 import crc32c
@@ -18,7 +19,7 @@ import pytest
 import zstandard
 
 from broker.log.cleaner import build_offset_map, clean_segment
-from broker.protocol import compression, record_reader, records, validation
+from broker.protocol import compression, kernels, record_reader, records, validation
 from broker.protocol.records import BatchTooLarge, CorruptBatch, InvalidBatch, InvalidRecord
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -370,13 +371,32 @@ def test_small_record_sets_are_checked_within_the_budget_compressed_or_not():
     assert _inline(batch_of(good_records(2)) + batch_of(good_records(2), codec=1))
 
 
-def test_record_sets_over_the_budget_go_to_a_worker_and_pass_there():
+def test_record_sets_over_the_budget_go_to_a_worker_and_pass_there(monkeypatch):
     big = batch_of([record(i, value=os.urandom(300)) for i in range(200)])  # ~61 KB uncompressed
     compressible = batch_of([record(i, value=b"\x00" * 1000) for i in range(100)], codec=4)  # 100 KB, ~1 KB of zstd
     two_halves = batch_of([record(i, value=b"x" * 1000) for i in range(20)], codec=3) * 2  # 2 x 20 KB
-    for data in (big, compressible, two_halves):
+    validation.check_records(big, CAP)  # the compiled check loaded (if numba is on) ...
+    for data in (compressible, two_halves):  # ... compressed sets over the budget still go to a worker
         assert not _inline(data)
         validation.check_records(data, CAP)
+    monkeypatch.setattr(validation, "_kernels", SimpleNamespace(ENABLED=False))  # numba off: so does a big
+    assert not _inline(big)                                                       # uncompressed one
+
+
+@pytest.mark.skipif(not kernels.ENABLED, reason="numba off (LOGBUS_JIT=0)")
+def test_big_uncompressed_sets_stay_on_the_loop_once_the_compiled_check_is_loaded(monkeypatch):
+    big = batch_of([record(i, value=os.urandom(300)) for i in range(200)])  # ~61 KB
+    monkeypatch.setattr(validation, "_kernels", None)  # not loaded yet
+    assert not _inline(big)  # the first one goes to a worker, which loads the kernel (numba) off the loop
+    validation.check_records(big, CAP)
+    assert validation._kernels is kernels
+    assert _inline(big)
+    assert _inline(batch_of([record(i, value=os.urandom(300)) for i in range(20)]))
+    huge = batch_of([record(i, value=os.urandom(1000)) for i in range(1100)])  # over COMPILED_INLINE_BUDGET
+    assert not _inline(huge)
+    validation.check_records(huge, CAP * 2)
+    with pytest.raises(InvalidRecord):  # refused inline with the walk's own error
+        _inline(batch_of([record(i, value=os.urandom(300)) for i in range(199)] + [record(7)]))
 
 
 def test_invalid_small_record_sets_are_rejected_inline():

@@ -5,10 +5,11 @@ valid ones; produce validation's column-wise path gives exactly the walk's error
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
-from broker.protocol import columnar, record_reader, validation
+from broker.protocol import columnar, kernels, record_reader, validation
 from broker.protocol.batch_builder import build_batch, encode_record
 from broker.protocol.records import InvalidBatch, InvalidRecord
 
@@ -95,8 +96,12 @@ def _verdict(batch: bytes, compacted: bool, bounds):
         return type(exc), str(exc)
 
 
-def test_produce_validation_column_wise_equals_the_walk(monkeypatch):
-    """Batches checked column-wise get every verdict and message of the record walk."""
+@pytest.mark.parametrize("fast_path", ["columns", "kernel"])
+def test_produce_validation_column_wise_equals_the_walk(monkeypatch, fast_path):
+    """Batches checked column-wise, or by the compiled kernel (broker.protocol.kernels), get every verdict and
+    message of the record walk."""
+    if fast_path == "kernel" and not kernels.ENABLED:
+        pytest.skip("numba off (LOGBUS_JIT=0)")
     rng = random.Random(3)
     now = BASE_TS
     seen = set()
@@ -124,9 +129,12 @@ def test_produce_validation_column_wise_equals_the_walk(monkeypatch):
         bounds = (now - 3600_000, now + 3600_000) if rng.random() < 0.6 else None
         with monkeypatch.context() as m:
             m.setattr(columnar, "COLUMNAR_MIN_RECORDS", 1)
+            m.setattr(validation, "KERNEL_MIN_RECORDS", 1)
+            m.setattr(validation, "_kernels", kernels if fast_path == "kernel" else SimpleNamespace(ENABLED=False))
             fast = _verdict(bytes(batch), compacted, bounds)
         with monkeypatch.context() as m:
             m.setattr(columnar, "COLUMNAR_MIN_RECORDS", 10 ** 9)
+            m.setattr(validation, "KERNEL_MIN_RECORDS", 10 ** 9)
             slow = _verdict(bytes(batch), compacted, bounds)
         assert fast == slow, case
         seen.add(None if fast is None else fast[0])

@@ -10,10 +10,10 @@ otherwise; the messages may differ, the verdict does not (``tests/unit/test_colu
 
 A call costs about a hundred microseconds whatever its size (some fifteen varint columns of a few numpy
 operations each), then about half a microsecond a record, most of it the boundary loop: worth it from a few
-hundred records on (``COLUMNAR_MIN_RECORDS``). The broker's produce validation uses it for batches that large
-and keeps the record walk for smaller ones; the loads' source parses whole fetches with it. The mirror's
-rewrite does not: assembling ~300-byte target records from numpy masks costs as much as its record loop
-(measured, issue 20).
+hundred records on (``COLUMNAR_MIN_RECORDS``). The loads' source parses whole fetches with it; the broker's
+produce validation uses it only with numba off (``LOGBUS_JIT=0``): the compiled check of
+:mod:`broker.protocol.kernels` is ten times cheaper. The mirror's rewrite does not: assembling ~300-byte target
+records from numpy masks cost as much as its record loop (measured, issue 20); it has a compiled kernel too.
 """
 
 from __future__ import annotations

@@ -23,13 +23,16 @@ have fit, uncompressed: librdkafka's ``batch.size`` counts uncompressed bytes), 
 MESSAGE_TOO_LARGE by splitting the batch. A payload that does not decompress is CORRUPT_MESSAGE: the bytes
 under a valid CRC are not records (Kafka throws a plain KafkaException there: UNKNOWN_SERVER_ERROR).
 
-Cost: the framing checks and the CRC are C-speed. The record rules are checked column-wise with numpy for a batch
-of ``columnar.COLUMNAR_MIN_RECORDS`` records or more (tens of nanoseconds a record, after a fixed cost of some
-tens of microseconds), record by record in Python for smaller ones (about a microsecond a record); when the
-columns find anything wrong, the record walk runs and raises the exact error of the first bad record.
+Cost: the framing checks and the CRC are C-speed. The record rules of a batch of ``KERNEL_MIN_RECORDS`` records or
+more are checked by a compiled kernel (:func:`broker.protocol.kernels.records_pass`, numba: about 0.04 µs a
+record); with numba off (``LOGBUS_JIT=0``), column-wise with numpy from ``columnar.COLUMNAR_MIN_RECORDS`` records
+on (about 0.5 µs a record); smaller batches record by record in Python (about a microsecond a record). Whenever
+a fast path finds anything wrong, the record walk runs and raises the exact error of the first bad record.
 Given a ``budget`` (bytes of records), :func:`check_records` stops with :class:`OverBudget` as soon as it knows
 the record set holds more than that, decompressed, before doing that work: the produce handler checks small
 record sets on the event loop with a budget (a thread hand-off costs more than they do) and hands the others
+to a worker thread without one. Once the kernel is loaded (numba is imported by the first batch that needs it,
+in a worker thread), uncompressed record sets of up to ``COMPILED_INLINE_BUDGET`` bytes stay on the loop too.
 to a worker thread without one. This module does no I/O.
 
 What a topic's configs ask of the batches (:class:`RecordPolicy`, Kafka's ``LogValidator`` inputs):
@@ -61,6 +64,11 @@ LONG_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
 # Records checked on the event loop at most: ~4,700 of the smallest kind, a few ms; a batch of 50 x 200 B fits.
 INLINE_BUDGET = 32 << 10
+# With the compiled record check (broker.protocol.kernels, about 0.1 µs a record) an uncompressed batch of up to
+# this many bytes is checked on the loop too: a worker thread's hand-off costs more (kcat's 1 MB batches).
+COMPILED_INLINE_BUDGET = 1 << 20
+KERNEL_MIN_RECORDS = 16  # from this many records in a batch on, the compiled check replaces the record walk
+_kernels = None  # broker.protocol.kernels, once loaded (_load_kernels)
 # From byte 8 of a batch: length, then attributes (byte 21), lastOffsetDelta (23) and recordCount (57).
 _FIELDS = struct.Struct(">i9xhi30xi")
 _BASE = struct.Struct(">q")  # base offset (0); base timestamp at 27
@@ -140,17 +148,23 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
     codec = attributes & 0x07
     limit = cap if budget is None else min(cap, budget)
     smallest = count * MIN_RECORD_SIZE
+    if budget is not None and count >= KERNEL_MIN_RECORDS and _kernels is None:
+        raise OverBudget()  # the compiled kernel loads (numba: under a second) in a worker thread, not on the loop
     if codec == compression.NONE:
         if smallest > len(batch) - HEADER_SIZE:
             raise InvalidRecord(f"{count} records cannot fit in {len(batch) - HEADER_SIZE} bytes")
-        if len(batch) - HEADER_SIZE > limit:
-            raise OverBudget()  # never over the cap here: records.validate checked the batch size
+        if len(batch) - HEADER_SIZE > limit:  # never over the cap here: records.validate checked the batch size
+            if not (_kernels is not None and _kernels.ENABLED and len(batch) - HEADER_SIZE <= COMPILED_INLINE_BUDGET):
+                raise OverBudget()
+            limit = cap
     elif smallest > limit:
         if smallest > cap:
             raise compression.DecompressedTooLarge(cap)
         raise OverBudget()
     try:
-        body = compression.decompress(codec, batch[HEADER_SIZE:], limit)
+        # uncompressed: the records in place (their size was checked against the limit above), not a copy
+        body = batch[HEADER_SIZE:] if codec == compression.NONE else compression.decompress(codec, batch[HEADER_SIZE:],
+                                                                                           limit)
     except compression.DecompressedTooLarge:
         if limit < cap:
             raise OverBudget() from None
@@ -158,10 +172,27 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
     if smallest > len(body):
         raise InvalidRecord(f"{count} records cannot fit in {len(body)} decompressed bytes")
     base_timestamp = _BASE.unpack_from(batch, 27)[0] if bounds is not None else 0  # read once per batch
-    if count >= columnar.COLUMNAR_MIN_RECORDS and _columns_pass(body, count, compacted, base_timestamp, bounds):
-        return len(body)
+    if count >= KERNEL_MIN_RECORDS:
+        kernels = _load_kernels()
+        if kernels.ENABLED:
+            if kernels.records_pass(body, count, compacted, base_timestamp, bounds):
+                return len(body)
+        elif count >= columnar.COLUMNAR_MIN_RECORDS and _columns_pass(body, count, compacted, base_timestamp,
+                                                                      bounds):
+            return len(body)
     _walk(batch, body, count, compacted, base_timestamp, bounds)
     return len(body)
+
+
+def _load_kernels():
+    """:mod:`broker.protocol.kernels`, imported on first need (numba takes about half a second to import: brokers
+    that never see a batch of ``KERNEL_MIN_RECORDS`` records do not pay it)."""
+    global _kernels
+    if _kernels is None:
+        from broker.protocol import kernels
+
+        _kernels = kernels
+    return _kernels
 
 
 def _columns_pass(body, count: int, compacted: bool, base_timestamp: int, bounds: tuple[int, int] | None) -> bool:
