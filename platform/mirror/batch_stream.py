@@ -24,6 +24,7 @@ import logging
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
+from broker.protocol import produce_request
 from broker.protocol.messages import ErrorCode
 from mirror.batches import MAX_BATCH_BYTES, Provenance, copy_fetched
 from mirror.mirror import source_event
@@ -115,15 +116,15 @@ class BatchStream:
     def _starting_offsets(self, fresh: list[TopicPartition]) -> list[TopicPartition]:
         return self.consumer.committed(fresh, API_TIMEOUT_S)
 
-    def _encode(self, key: Key, batch) -> bytes:
-        return batch.encode()
+    def _encode(self, key: Key, batch) -> list:
+        return batch.encode_parts()
 
     def _round_done(self) -> None:
         """A produce round inside a cycle was acknowledged (not the cycle's last)."""
         self._commit()
 
-    def _produce_request(self, cls, topic_data):
-        return cls(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=topic_data)
+    def _transactional_id(self) -> str | None:
+        return None
 
     def _before_produce(self, plan: dict) -> None:
         """Called before a cycle's batches go out (the transactional stream opens its transaction here)."""
@@ -302,7 +303,6 @@ class BatchStream:
     def _produce(self, plan: dict[Key, list]) -> dict[Key, int] | None:
         """Produce every partition's batches in order (round k: the k-th batch of each partition); returns the
         target offset of each partition's last record, or None when told to stop first. Retries in place."""
-        cls, module = request_module(PRODUCE, PRODUCE_VERSION)
         targets: dict[Key, int] = {}
         rounds = max(len(batches) for batches in plan.values())
         for k in range(rounds):
@@ -311,7 +311,7 @@ class BatchStream:
             while todo:
                 if self.m.stop_event.is_set():
                     return None
-                failed = self._produce_round(cls, module, todo, encoded, targets)
+                failed = self._produce_round(todo, encoded, targets)
                 for key in list(todo):
                     if key not in failed:
                         del todo[key]
@@ -331,7 +331,7 @@ class BatchStream:
                 self._round_done()
         return targets
 
-    def _produce_round(self, cls, module, todo: dict, encoded: dict, targets: dict) -> dict[Key, str]:
+    def _produce_round(self, todo: dict, encoded: dict, targets: dict) -> dict[Key, str]:
         """Send one batch per partition; returns the partitions to retry, with why."""
         failed: dict[Key, str] = {}
         by_leader: dict[int, dict[str, list]] = {}
@@ -341,14 +341,15 @@ class BatchStream:
             if leader < 0:
                 failed[key] = "no leader"
                 continue
-            by_leader.setdefault(leader, {}).setdefault(key[0], []).append(
-                (key, module.PartitionProduceData(index=target_partition, records=encoded[key])))
+            by_leader.setdefault(leader, {}).setdefault(key[0], []).append((key, target_partition))
         sent = []
+        txn_id = self._transactional_id()
         for leader, topics in by_leader.items():
-            request = self._produce_request(cls, tuple(
-                module.TopicProduceData(name=t, partition_data=tuple(d for _, d in ps)) for t, ps in topics.items()))
+            data = [(t, [(index, encoded[key]) for key, index in ps]) for t, ps in topics.items()]
             try:
-                self.target.get(leader).send(PRODUCE, PRODUCE_VERSION, request)
+                self.target.get(leader).send_parts(PRODUCE, PRODUCE_VERSION, lambda correlation, client_id, data=data:
+                                                   produce_request.encode_parts(PRODUCE_VERSION, correlation,
+                                                                                client_id, txn_id, -1, 30_000, data))
                 sent.append(leader)
             except (OSError, ConnectionError) as exc:
                 self.target.drop(leader)
@@ -363,8 +364,8 @@ class BatchStream:
                 continue
             answers = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
             for ps in topics.values():
-                for key, data in ps:
-                    answer = answers.get((key[0], data.index))
+                for key, index in ps:
+                    answer = answers.get((key[0], index))
                     error = ErrorCode(answer.error_code) if answer is not None else ErrorCode.unknown_server_error
                     if error == ErrorCode.none:
                         targets[key] = answer.base_offset + todo[key].count - 1

@@ -130,18 +130,17 @@ class TransactionalBatchStream(BatchStream):
         self._txn_call(ADD_PARTITIONS, 1, body, error_of)
         self.in_txn |= new
 
-    def _encode(self, key: Key, batch) -> bytes:
+    def _encode(self, key: Key, batch) -> list:
         target = (key[0], self.target_of[key])
         sequence = self.sequences.get(target, 0)
         self.sequences[target] = (sequence + batch.count) % (1 << 31)
-        return batch.encode(self.producer_id, self.producer_epoch, sequence, transactional=True)
+        return batch.encode_parts(self.producer_id, self.producer_epoch, sequence, transactional=True)
 
     def _round_done(self) -> None:
         """Nothing: the transaction ends between cycles, with the positions of its last one."""
 
-    def _produce_request(self, cls, topic_data):
-        return cls(transactional_id=self.txn_id, acks=-1, timeout=datetime.timedelta(seconds=30),
-                   topic_data=topic_data)
+    def _transactional_id(self) -> str | None:
+        return self.txn_id
 
     def _commit(self) -> None:
         """End the open transaction once its interval is over (or at once when stopping or handing over), with

@@ -100,3 +100,26 @@ def test_hostile_counts_and_lengths_are_refused_before_any_allocation():
             hostile = payload[:body + 8] + (2**31 - 1).to_bytes(4, "big")
         with pytest.raises(MalformedRequest, match="tried to allocate a collection of size"):
             codec.decode_body(header, hostile)
+
+
+present = st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), st.lists(st.binary(max_size=200), min_size=1,
+                                                                          max_size=3)), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(3, 8), st.none() | names, st.integers(-1, 1), st.integers(0, 2**31 - 1),
+       st.lists(st.tuples(names, present), max_size=3), st.integers(0, 2**31 - 1))
+def test_hand_encoded_frames_are_kios_byte_for_byte(version, txn_id, acks, timeout, topics, correlation):
+    """The mirror's Produce frames (encode_parts: record buffers sent as they are) equal kio's encoding."""
+    parts = produce_request.encode_parts(version, correlation, "mirror-test", txn_id, acks, timeout, topics)
+    m = request_module(0, version)
+    body = m.ProduceRequest(
+        transactional_id=txn_id, acks=acks, timeout=datetime.timedelta(milliseconds=timeout),
+        topic_data=tuple(m.TopicProduceData(name=name, partition_data=tuple(
+            m.PartitionProduceData(index=i, records=b"".join(bufs)) for i, bufs in ps)) for name, ps in topics))
+    assert b"".join(bytes(p) for p in parts) == codec.encode_request(0, version, correlation, "mirror-test", body)
+
+
+def test_flexible_versions_are_not_encoded_by_hand():
+    with pytest.raises(ValueError):
+        produce_request.encode_parts(9, 1, "c", None, -1, 1000, [])

@@ -13,6 +13,10 @@ as kio's reader ignores them. The unit tests check it against guard + kio on val
 The result quacks like kio's ``ProduceRequest`` for the produce handler: ``timeout`` is milliseconds (an int;
 :func:`broker.protocol.messages.ms` takes both), and ``records`` is ``bytes`` for a ``bytes`` frame and a
 zero-copy slice for a ``memoryview`` frame (the listener's large frames). No I/O here.
+
+:func:`encode_parts` is the other direction, for the mirror's requests (v3–8): the frame as a list of buffers, so
+the record batches go out as the caller holds them (``socket.sendmsg``), not copied into one frame; the unit tests
+check it byte for byte against kio's encoder.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ VERSIONS = range(3, 10)
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _ACKS_TIMEOUT = struct.Struct(">hi").unpack_from
+_REQUEST_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length (header v1)
+_ACKS_TIMEOUT_COUNT = struct.Struct(">hii")
+_INDEX_LENGTH = struct.Struct(">ii")
+_STRING = struct.Struct(">h")
+_COUNT = struct.Struct(">i")
 
 
 class ProduceRequest:
@@ -208,3 +217,39 @@ def _decode_flexible(buf, pos: int, end: int):
     if not (pos < end and buf[pos] == 0):
         _skip_tags(buf, pos, end)
     return ProduceRequest(txn_id, acks, timeout, tuple(topics))
+
+
+def encode_parts(version: int, correlation_id: int, client_id: str, transactional_id: str | None, acks: int,
+                 timeout_ms: int, topics: list[tuple[str, list[tuple[int, list]]]]) -> list:
+    """A whole Produce request frame, size prefix included, as buffers to send in order. ``topics``: (name,
+    [(partition index, [buffers of the record set])]). Only the non-flexible versions 3–8."""
+    if not 3 <= version <= 8:
+        raise ValueError(f"Produce v{version} is not encoded by hand (v3-8)")
+    cid = client_id.encode()
+    head = bytearray(_REQUEST_HEADER.pack(0, version, correlation_id, len(cid)))
+    head += cid
+    if transactional_id is None:
+        head += _STRING.pack(-1)
+    else:
+        txn = transactional_id.encode()
+        head += _STRING.pack(len(txn)) + txn
+    head += _ACKS_TIMEOUT_COUNT.pack(acks, timeout_ms, len(topics))
+    parts: list = [b"", head]
+    size = len(head)
+    for name, partitions in topics:
+        encoded = name.encode()
+        piece = bytearray(_STRING.pack(len(encoded)))
+        piece += encoded
+        piece += _COUNT.pack(len(partitions))
+        for index, buffers in partitions:
+            length = sum(len(b) for b in buffers)
+            piece += _INDEX_LENGTH.pack(index, length)
+            parts.append(piece)
+            parts.extend(buffers)
+            size += len(piece) + length
+            piece = bytearray()
+        if piece:  # a topic without partitions
+            parts.append(piece)
+            size += len(piece)
+    parts[0] = _COUNT.pack(size)
+    return parts
