@@ -366,6 +366,7 @@ def _inline(data: bytes, compacted: bool = False) -> bool:
 
 
 def test_small_record_sets_are_checked_within_the_budget_compressed_or_not():
+    validation._load_kernels()  # as a broker has, after its first batch of KERNEL_MIN_RECORDS records
     for codec in (0, 1, 2, 3, 4):
         assert _inline(batch_of([record(i, value=os.urandom(200)) for i in range(50)], codec))
     assert _inline(batch_of(good_records(2)) + batch_of(good_records(2), codec=1))
@@ -408,7 +409,10 @@ def test_invalid_small_record_sets_are_rejected_inline():
         _inline(batch_of([record(0, key=None)], codec=3), compacted=True)
 
 
-def test_a_bomb_costs_the_loop_only_the_budget():
+@pytest.mark.parametrize("kernel_loaded", [True, False])
+def test_a_bomb_costs_the_loop_only_the_budget(monkeypatch, kernel_loaded):
+    if not kernel_loaded:  # refused inline even before the compiled check has been loaded
+        monkeypatch.setattr(validation, "_kernels", None)
     bomb = make_batch(zstandard.ZstdCompressor(level=19).compress(record(0, key=None, value=None) * 5_000_000),
                       5_000_000, attributes=4)
     with pytest.raises(BatchTooLarge):  # cannot fit under the cap whatever it holds: refused inline, at once

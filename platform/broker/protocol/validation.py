@@ -148,8 +148,6 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
     codec = attributes & 0x07
     limit = cap if budget is None else min(cap, budget)
     smallest = count * MIN_RECORD_SIZE
-    if budget is not None and count >= KERNEL_MIN_RECORDS and _kernels is None:
-        raise OverBudget()  # the compiled kernel loads (numba: under a second) in a worker thread, not on the loop
     if codec == compression.NONE:
         if smallest > len(batch) - HEADER_SIZE:
             raise InvalidRecord(f"{count} records cannot fit in {len(batch) - HEADER_SIZE} bytes")
@@ -161,6 +159,8 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
         if smallest > cap:
             raise compression.DecompressedTooLarge(cap)
         raise OverBudget()
+    if budget is not None and count >= KERNEL_MIN_RECORDS and _kernels is None:
+        raise OverBudget()  # the compiled kernel loads (numba: under a second) in a worker thread, not on the loop
     try:
         # uncompressed: the records in place (their size was checked against the limit above), not a copy
         body = batch[HEADER_SIZE:] if codec == compression.NONE else compression.decompress(codec, batch[HEADER_SIZE:],
