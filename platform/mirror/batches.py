@@ -292,7 +292,7 @@ def _rewrite_python(body, header, position: int, log_append: bool, provenance: P
                 header_count, own_headers = 0, pos + 1
             else:
                 header_count, own_headers = _varint(body, pos, 5)
-            if pos >= end:
+            if pos >= end or own_headers > end:
                 raise InvalidRecord("record fields run past its length")
             offset = base_offset + offset_delta
             if offset < position:

@@ -356,10 +356,12 @@ def test_zstd_frames_asking_for_a_huge_window_are_refused():
 
 
 # ---- the inline/worker split ------------------------------------------------------------------------------------
-def _inline(data: bytes, compacted: bool = False) -> bool:
+def _inline(data: bytes, compacted: bool = False, compiled_left: list[int] | None = None) -> bool:
     """True if check_records finishes within the inline budget, False if it asks for a worker."""
     try:
-        validation.check_records(data, CAP, compacted, budget=validation.INLINE_BUDGET)
+        validation.check_records(data, CAP, compacted, budget=validation.INLINE_BUDGET,
+                                 compiled_left=[validation.COMPILED_INLINE_BUDGET] if compiled_left is None
+                                 else compiled_left)
     except validation.OverBudget:
         return False
     return True
@@ -396,8 +398,20 @@ def test_big_uncompressed_sets_stay_on_the_loop_once_the_compiled_check_is_loade
     huge = batch_of([record(i, value=os.urandom(1000)) for i in range(1100)])  # over COMPILED_INLINE_BUDGET
     assert not _inline(huge)
     validation.check_records(huge, CAP * 2)
-    with pytest.raises(InvalidRecord):  # refused inline with the walk's own error
-        _inline(batch_of([record(i, value=os.urandom(300)) for i in range(199)] + [record(7)]))
+    # a big batch the kernel cannot vouch for: its walk (for the exact error) goes to a worker, not the loop
+    broken = batch_of([record(i, value=os.urandom(300)) for i in range(199)] + [record(7)])
+    assert not _inline(broken)
+    with pytest.raises(InvalidRecord):
+        validation.check_records(broken, CAP)
+    # the compiled check's allowance is the whole request's: a second big batch goes to a worker
+    left = [validation.COMPILED_INLINE_BUDGET]
+    assert _inline(big, compiled_left=left)
+    assert left[0] == validation.COMPILED_INLINE_BUDGET - (len(big) - 61)
+    left[0] = len(big) - 62
+    assert not _inline(big, compiled_left=left)
+    # few records (the walk's case) never take it, however big
+    few = batch_of([record(i, value=os.urandom(40000)) for i in range(3)])
+    assert not _inline(few)
 
 
 def test_invalid_small_record_sets_are_rejected_inline():

@@ -117,3 +117,19 @@ def test_kernel_declines_what_it_does_not_handle():
     status = kernels.rewrite_mirrored(np.frombuffer(bytes(rec), np.uint8), 0, 0, False, 0, np.zeros(1, np.uint8),
                                     p.constant_array, p.offset_key_array, batches._SOURCE_ARRAY, out, 10 ** 6, state)
     assert status == kernels.BAD
+
+
+@needs_kernel
+def test_a_header_count_past_the_record_is_an_error_in_both():
+    """A two-byte zero header count whose second byte lies past the record: the kernel declines, Python raises
+    (it used to write a malformed record)."""
+    import numpy as np
+
+    body = bytes([0x0C, 0, 0, 0, 1, 1, 0x80, 0])
+    state = np.zeros(kernels.STATE_SIZE, np.int64)
+    state[kernels.REMAINING] = 1
+    p = Provenance("live", 0)
+    status = kernels.rewrite_mirrored(np.frombuffer(body, np.uint8), 0, 0, False, 0, np.zeros(1, np.uint8),
+                                      p.constant_array, p.offset_key_array, batches._SOURCE_ARRAY,
+                                      np.empty(1000, np.uint8), 10 ** 6, state)
+    assert status == kernels.BAD

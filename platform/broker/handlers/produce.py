@@ -114,13 +114,15 @@ def _conform(part: _Partition) -> None:
         part.outcome = records.validate(rewritten, part.cap + records.LOG_OVERHEAD)
 
 
-def validate_inline(part: _Partition) -> bool:
-    """Validate on the event loop within the inline budget; False if the records need a worker thread."""
+def validate_inline(part: _Partition, compiled_left: list[int]) -> bool:
+    """Validate on the event loop within the inline budget; False if the records need a worker thread.
+    ``compiled_left``: [bytes the compiled check may still take on the loop in this request] (spent here)."""
     part.now = int(time.time() * 1000)
     try:
         summary = records.validate(part.data, part.cap + records.LOG_OVERHEAD)
         validation.check_records(part.data, part.cap, part.compacted, budget=validation.INLINE_BUDGET,
-                                 bounds=part.policy.bounds(part.now))
+                                 bounds=part.policy.bounds(part.now),
+                                 compiled_left=None if part.policy.rewrites else compiled_left)
         part.outcome = summary
         if part.policy.rewrites:
             _conform(part)
@@ -238,7 +240,8 @@ def handle(broker, header, request):
             elif admit(broker, part, acks):
                 admitted.append(part)
         topics.append((topic.name, results))
-    heavy = [part for part in admitted if not validate_inline(part)]
+    compiled_left = [validation.COMPILED_INLINE_BUDGET]  # for the whole request, not per partition
+    heavy = [part for part in admitted if not validate_inline(part, compiled_left)]
     if heavy:
         return _validate_then_append(broker, header, request, topics, admitted, heavy)
     return _append_all(broker, header, request, topics, admitted, awaited=False)

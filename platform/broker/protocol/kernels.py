@@ -237,7 +237,7 @@ def _rewrite_mirrored(body, base_offset, position, log_append, shift, appended_t
             pos += value_length
         headers_at = pos
         header_count, own_headers, ok = _read(body, pos, end_of_body, 5)
-        if not ok or header_count < 0 or pos >= end:
+        if not ok or header_count < 0 or pos >= end or own_headers > end:
             return BAD
         offset = base_offset + offset_delta
         if offset < 0:
@@ -338,22 +338,32 @@ else:
     _records_pass_compiled = rewrite_mirrored = None
 
 
+def warm_records_pass() -> None:
+    """Compile (or load from the cache) :func:`records_pass` for read-only and writable records sections."""
+    if ENABLED:
+        from broker.protocol.batch_builder import encode_record
+
+        record = encode_record(0, b"k", b"v", headers=[("h", b"1")])
+        for body in (np.frombuffer(record, np.uint8), np.frombuffer(bytearray(record), np.uint8)):
+            _records_pass_compiled(body, 1, False, False, 0, 0, 0)
+
+
 def warm() -> float:
-    """Compile (or load from the cache) every kernel for the argument types it is called with; seconds taken."""
+    """Compile (or load from the cache) every kernel for the argument types it is called with (read-only views
+    of received bytes, the provenance constants, writable scratch and state); seconds taken."""
     started = time.perf_counter()
     if not ENABLED:
         return 0.0
     from broker.protocol.batch_builder import encode_record
 
+    warm_records_pass()
     record = encode_record(0, b"k", b"v", headers=[("h", b"1")])
-    for body in (np.frombuffer(bytes(record), np.uint8), np.frombuffer(bytearray(record), np.uint8)):
-        _records_pass_compiled(body, 1, False, False, 0, 0, 0)
+    readonly = np.frombuffer(b"x", np.uint8)
+    for body in (np.frombuffer(record, np.uint8), np.frombuffer(bytearray(record), np.uint8)):
         state = np.zeros(STATE_SIZE, np.int64)
         state[REMAINING] = 1
-        small = np.zeros(1, np.uint8)
-        readonly = np.frombuffer(bytes(1), np.uint8)
-        out = np.empty(256, np.uint8)
-        rewrite_mirrored(body, 0, 0, False, 0, readonly, small, small, readonly, out, 1 << 20, state)
+        rewrite_mirrored(body, 0, 0, False, 0, readonly, readonly, readonly, readonly, np.empty(256, np.uint8),
+                         1 << 20, state)
     return time.perf_counter() - started
 
 

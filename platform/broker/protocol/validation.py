@@ -64,8 +64,9 @@ LONG_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
 # Records checked on the event loop at most: ~4,700 of the smallest kind, a few ms; a batch of 50 x 200 B fits.
 INLINE_BUDGET = 32 << 10
-# With the compiled record check (broker.protocol.kernels, about 0.1 µs a record) an uncompressed batch of up to
-# this many bytes is checked on the loop too: a worker thread's hand-off costs more (kcat's 1 MB batches).
+# With the compiled record check (broker.protocol.kernels, about 0.03 µs a record) uncompressed batches of
+# KERNEL_MIN_RECORDS+ records, up to this many bytes in a request, are checked on the loop too: a worker thread's
+# hand-off costs more (kcat's 1 MB batches). Not for topics that rewrite batches (recompression stays off the loop).
 COMPILED_INLINE_BUDGET = 1 << 20
 KERNEL_MIN_RECORDS = 16  # from this many records in a batch on, the compiled check replaces the record walk
 _kernels = None  # broker.protocol.kernels, once loaded (_load_kernels)
@@ -121,23 +122,27 @@ def validate(buf, max_message_bytes: int, compacted: bool = False) -> BatchSumma
 
 
 def check_records(buf, max_message_bytes: int, compacted: bool = False, budget: int | None = None,
-                  bounds: tuple[int, int] | None = None) -> None:
+                  bounds: tuple[int, int] | None = None, compiled_left: list[int] | None = None) -> None:
     """The record-level rules for every batch of ``buf``, whose framing :func:`records.validate` has checked.
-    With a ``budget``, raises OverBudget rather than decompress or walk more than that many bytes of records.
+    With a ``budget``, raises OverBudget rather than decompress or walk more than that many bytes of records;
+    ``compiled_left``: besides, [bytes of uncompressed batches of ``KERNEL_MIN_RECORDS`` records or more that the
+    loaded compiled check may still take] (a whole request's, spent in place, also by batches that turn out
+    invalid; OverBudget when the kernel cannot vouch for a batch: the walk is left to a worker).
     ``bounds``: the timestamps allowed (:meth:`RecordPolicy.bounds`), else InvalidTimestamp."""
     view = memoryview(buf)
     pos = 0
     while pos < len(view):
         size = _FIELDS.unpack_from(view, pos + 8)[0] + LOG_OVERHEAD
-        used = check_batch(view[pos: pos + size], max_message_bytes, compacted, budget, bounds)
-        if budget is not None:
+        used = check_batch(view[pos: pos + size], max_message_bytes, compacted, budget, bounds, compiled_left)
+        if budget is not None and used >= 0:
             budget -= used
         pos += size
 
 
 def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
-                bounds: tuple[int, int] | None = None) -> int:
-    """The record-level rules for one whole batch; returns the bytes of records it holds, decompressed."""
+                bounds: tuple[int, int] | None = None, compiled_left: list[int] | None = None) -> int:
+    """The record-level rules for one whole batch; returns the bytes of records it holds, decompressed (-1 when
+    they were taken on ``compiled_left``, not on ``budget``)."""
     _, attributes, last_offset_delta, count = _FIELDS.unpack_from(batch, 8)
     if count <= 0:
         raise InvalidRecord(f"invalid record count {count}")
@@ -146,15 +151,18 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
     if attributes & CONTROL_FLAG:
         raise InvalidRecord("clients may not write control batches")
     codec = attributes & 0x07
+    compiled = False
     limit = cap if budget is None else min(cap, budget)
     smallest = count * MIN_RECORD_SIZE
     if codec == compression.NONE:
         if smallest > len(batch) - HEADER_SIZE:
             raise InvalidRecord(f"{count} records cannot fit in {len(batch) - HEADER_SIZE} bytes")
         if len(batch) - HEADER_SIZE > limit:  # never over the cap here: records.validate checked the batch size
-            if not (_kernels is not None and _kernels.ENABLED and len(batch) - HEADER_SIZE <= COMPILED_INLINE_BUDGET):
+            if not (count >= KERNEL_MIN_RECORDS and _kernels is not None and _kernels.ENABLED
+                    and compiled_left is not None and len(batch) - HEADER_SIZE <= compiled_left[0]):
                 raise OverBudget()
-            limit = cap
+            compiled_left[0] -= len(batch) - HEADER_SIZE
+            limit, compiled = cap, True
     elif smallest > limit:
         if smallest > cap:
             raise compression.DecompressedTooLarge(cap)
@@ -176,7 +184,9 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
         kernels = _load_kernels()
         if kernels.ENABLED:
             if kernels.records_pass(body, count, compacted, base_timestamp, bounds):
-                return len(body)
+                return -1 if compiled else len(body)
+            if compiled:
+                raise OverBudget()  # the walk of a big batch, for its exact error: in a worker
         elif count >= columnar.COLUMNAR_MIN_RECORDS and _columns_pass(body, count, compacted, base_timestamp,
                                                                       bounds):
             return len(body)
@@ -191,6 +201,7 @@ def _load_kernels():
     if _kernels is None:
         from broker.protocol import kernels
 
+        kernels.warm_records_pass()  # compiled (or loaded from the cache) before the loop may call it inline
         _kernels = kernels
     return _kernels
 
