@@ -87,7 +87,11 @@ def test_kill9_during_writes_then_corrupt_tail_recovers_to_last_whole_batch(fres
 
         i = 0
         while not stop.is_set():
-            producer.produce("durable", f"value-{i}".encode() * 5, on_delivery=report)
+            try:
+                producer.produce("durable", f"value-{i}".encode() * 5, on_delivery=report)
+            except BufferError:  # librdkafka's queue is full (the broker is slower than this loop): wait a bit
+                producer.poll(0.05)
+                continue
             producer.poll(0)
             i += 1
             if i % 500 == 0:

@@ -195,8 +195,9 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
 
 
 def _load_kernels():
-    """:mod:`broker.protocol.kernels`, imported on first need (numba takes about half a second to import: brokers
-    that never see a batch of ``KERNEL_MIN_RECORDS`` records do not pay it)."""
+    """:mod:`broker.protocol.kernels`, its record check compiled (or loaded from numba's cache). A broker calls
+    this in a background thread as it starts (numba takes about half a second to import); until it has
+    returned, batches of ``KERNEL_MIN_RECORDS`` records go to a worker thread, which calls it too."""
     global _kernels
     if _kernels is None:
         from broker.protocol import kernels
