@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 import crc32c
 import numpy as np
 
-from broker.protocol import compression
+from broker.protocol import compression, kernels
 from broker.protocol.batch_builder import varint
 from broker.protocol.control import ABORT, CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, read_marker
 from broker.protocol.record_reader import STORED_BATCH_CAP, _varint
 from broker.protocol.records import HEADER_SIZE, InvalidRecord, read_header, whole_batches_length
-from broker.protocol import kernels
 
 SOURCE_HEADER, PARTITION_HEADER, OFFSET_HEADER = "logbus.mirror.source", "logbus.mirror.partition", \
     "logbus.mirror.offset"
@@ -144,7 +143,8 @@ def copy_fetched(data, position: int, aborted: list[tuple[int, int]], provenance
 def _rewrite(body, header, position: int, log_append: bool, provenance: Provenance, out: Copied,
              current: TargetBatch, max_batch_bytes: int) -> TargetBatch:
     """Append the records of one source batch to ``current`` (starting new target batches when full): compiled
-    (:func:`broker.protocol.kernels.rewrite_mirrored`) when it can, else, or when the kernel declines the bytes, in Python."""
+    (:func:`broker.protocol.kernels.rewrite_mirrored`) when it can, else (or when the kernel declines the bytes)
+    in Python."""
     if kernels.ENABLED:
         done = _rewrite_compiled(body, header, position, log_append, provenance, out, current, max_batch_bytes)
         if done is not None:
@@ -178,9 +178,9 @@ def _rewrite_compiled(body, header, position: int, log_append: bool, provenance:
     copied_before = 0
     while True:
         status = kernels.rewrite_mirrored(source, header.base_offset, position, log_append, shift,
-                                        np.frombuffer(varint(shift), np.uint8), provenance.constant_array,
-                                        provenance.offset_key_array, _SOURCE_ARRAY, buffer,
-                                        max_batch_bytes - len(current.records), state)
+                                          np.frombuffer(varint(shift), np.uint8), provenance.constant_array,
+                                          provenance.offset_key_array, _SOURCE_ARRAY, buffer,
+                                          max_batch_bytes - len(current.records), state)
         if status == kernels.BAD:
             _restore(first, out, before)
             return None

@@ -31,9 +31,9 @@ a fast path finds anything wrong, the record walk runs and raises the exact erro
 Given a ``budget`` (bytes of records), :func:`check_records` stops with :class:`OverBudget` as soon as it knows
 the record set holds more than that, decompressed, before doing that work: the produce handler checks small
 record sets on the event loop with a budget (a thread hand-off costs more than they do) and hands the others
-to a worker thread without one. Once the kernel is loaded (numba is imported by the first batch that needs it,
-in a worker thread), uncompressed record sets of up to ``COMPILED_INLINE_BUDGET`` bytes stay on the loop too.
-to a worker thread without one. This module does no I/O.
+to a worker thread without one. Once the kernel is loaded (:func:`_load_kernels`: a broker loads it in a
+background thread as it starts), uncompressed batches of ``KERNEL_MIN_RECORDS`` records or more stay on the loop
+too, up to ``COMPILED_INLINE_BUDGET`` bytes a request (``compiled_left``). This module does no I/O.
 
 What a topic's configs ask of the batches (:class:`RecordPolicy`, Kafka's ``LogValidator`` inputs):
 
@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -197,12 +198,16 @@ def check_batch(batch, cap: int, compacted: bool, budget: int | None = None,
 def _load_kernels():
     """:mod:`broker.protocol.kernels`, its record check compiled (or loaded from numba's cache). A broker calls
     this in a background thread as it starts (numba takes about half a second to import); until it has
-    returned, batches of ``KERNEL_MIN_RECORDS`` records go to a worker thread, which calls it too."""
+    returned, batches of ``KERNEL_MIN_RECORDS`` records go to a worker thread, which calls it too. When numba
+    fails to load or compile, the record check runs without it (``ENABLED`` False, the error in ``failure``)."""
     global _kernels
     if _kernels is None:
-        from broker.protocol import kernels
+        try:
+            from broker.protocol import kernels
 
-        kernels.warm_records_pass()  # compiled (or loaded from the cache) before the loop may call it inline
+            kernels.warm_records_pass()  # compiled (or loaded from the cache) before the loop may call it inline
+        except Exception as exc:  # noqa: BLE001 - numba there but unusable: the walk and numpy columns work
+            kernels = SimpleNamespace(ENABLED=False, failure=exc)
         _kernels = kernels
     return _kernels
 
