@@ -5,7 +5,8 @@
   (``planned_at``) goes with the plan into the load's manifest, as the time the warehouse tier is judged against;
 - load: read the ranges with the ``logbus`` data source, decode the Avro values (quarantine what cannot be
   decoded), write Parquet partitioned by date/hour into the load's staging directory, and the warehouse tier
-  counts (per topic, window, producer: count and sequence ranges) next to it;
+  counts (per topic, window, producer: count and sequence ranges; taken in the same pass,
+  :mod:`spark_jobs.tier_counts`) next to it;
 - publish: move into place, manifest, then ledger (see :mod:`spark_jobs.warehouse`);
 - reconcile: producers' and tiers' events from ``_audit`` of the configured clusters plus the warehouse counts of
   every published load → ``_audit/report.json``, ``report.parquet`` and ``report.html`` under the warehouse.
@@ -88,68 +89,50 @@ def _reader_schema(registry: dict, topic: str) -> dict | None:
 
 
 def load_topic(spark, config: LoadConfig, staging: str, topic: str, ranges: dict[str, list[int]]) -> dict:
-    """Read, decode and write one topic's ranges into ``staging``; returns rows, quarantined and count events."""
-    from pyspark import StorageLevel
+    """Read, decode and write one topic's ranges into ``staging``; returns rows, quarantined and count events.
+
+    One pass: the source's reads write the data and take the warehouse tier's counts on the way
+    (:mod:`spark_jobs.tier_counts`); the write's observed metrics give the rows and the undecodable ones. Only
+    when some record could not be decoded are the ranges read a second time, for the quarantine."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
+    from spark_jobs import tier_counts
     from spark_jobs.decode import ERROR, META
+    from spark_jobs.source import counting
 
     reader = _reader_schema(config.registry, topic)
     secured = {f"kafka.{k}": v for k, v in config.client_conf.items()}  # Spark's habit: kafka.<consumer key>
     secured.update({f"schema.registry.{k}": v for k, v in config.registry.items() if k not in ("url",
                                                                                              "basic.auth.credentials.source")})
-    df = (spark.read.format("logbus").options(**secured).option("bootstrap.servers", config.bootstrap)
+    counts = spark.sparkContext.accumulator({}, tier_counts.ByRange())
+    spark.dataSource.register(counting(counts, config.window_ms))
+    df = (spark.read.format("logbus_counted").options(**secured).option("bootstrap.servers", config.bootstrap)
           .option("subscribe", topic)
           .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
           .option("endingOffsets", json.dumps({topic: {p: r[1] for p, r in ranges.items()}}))
           .option("maxRecordsPerPartition", str(config.max_records_per_partition))
           .option("valueFormat", "confluent-avro").option("schema.registry.url", config.registry_url)
           .option("valueSchema", json.dumps(reader)).load())
-    decoded = df.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        dated = (decoded.withColumn("date", F.date_format("_timestamp", "yyyy-MM-dd"))
-                 .withColumn("hour", F.date_format("_timestamp", "HH")))
-        good = dated.filter(F.col("_error").isNull()).drop("_error", "_value")
+    dated = (df.withColumn("date", F.date_format("_timestamp", "yyyy-MM-dd"))
+             .withColumn("hour", F.date_format("_timestamp", "HH")))
+    seen = Observation(f"load-{topic}")
+    observed = dated.observe(seen, F.count(F.when(F.col("_error").isNull(), 1)).alias("rows"),
+                             F.count(F.when(F.col("_error").isNotNull(), 1)).alias("quarantined"))
+    t0 = time.perf_counter()
+    (observed.filter(F.col("_error").isNull()).drop("_error", "_value")
+     .write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/data/topic={topic}"))
+    t1 = time.perf_counter()
+    rows, quarantined = seen.get["rows"], seen.get["quarantined"]
+    if quarantined:
         bad = dated.filter(F.col("_error").isNotNull()).select(*[f.name for f in META + ERROR], "date", "hour")
-        t0 = time.perf_counter()
-        good.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/data/topic={topic}")
-        t1 = time.perf_counter()
-        quarantined = bad.count()
-        if quarantined:
-            bad.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/quarantine/topic={topic}")
-        rows = good.count()
-        t2 = time.perf_counter()
-        events = tier_counts(good, topic, config.window_ms) if rows else []
-        t3 = time.perf_counter()
-    finally:
-        decoded.unpersist()
+        bad.write.mode("overwrite").partitionBy("date", "hour").parquet(f"{staging}/quarantine/topic={topic}")
+    t2 = time.perf_counter()
+    events = tier_counts.events(counts.value, topic, ranges, config.window_ms)
+    t3 = time.perf_counter()
     return {"rows": rows, "quarantined": quarantined, "events": events,
             "seconds": {"read_decode_write": round(t1 - t0, 2), "quarantine": round(t2 - t1, 2),
                         "counts": round(t3 - t2, 2)}}
-
-
-def tier_counts(good, topic: str, window_ms: int) -> list[dict]:
-    """The warehouse tier's counts of these rows: per (window of the generation time, producer) the number of
-    rows and the distinct sequence numbers as ranges (gaps-and-islands in Spark, not on the driver)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    audited = (good.filter(F.col("_producer").isNotNull() & F.col("_seq").isNotNull()
-                           & F.col("_generated").isNotNull())
-               .withColumn("window_start", F.col("_generated") - F.col("_generated") % window_ms))
-    counts = {(r["_producer"], r["window_start"]): r["count"]
-              for r in audited.groupBy("_producer", "window_start").count().collect()}
-    w = Window.partitionBy("_producer", "window_start").orderBy("_seq")
-    islands = (audited.select("_producer", "window_start", "_seq").distinct()
-               .withColumn("island", F.col("_seq") - F.row_number().over(w))
-               .groupBy("_producer", "window_start", "island").agg(F.min("_seq").alias("first"),
-                                                                 F.max("_seq").alias("last")))
-    ranges: dict[tuple[str, int], list[list[int]]] = {}
-    for r in islands.collect():
-        ranges.setdefault((r["_producer"], r["window_start"]), []).append([r["first"], r["last"]])
-    return [{"topic": topic, "producer_id": pid, "window_start": start, "window_end": start + window_ms,
-             "count": n, "sequences": sorted(ranges.get((pid, start), []))}
-            for (pid, start), n in sorted(counts.items())]
 
 
 def load(spark, config: LoadConfig, wh, load_id: int, ranges: dict, planned_at: float | None = None) -> dict:

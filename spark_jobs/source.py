@@ -159,6 +159,8 @@ class _Watermarks:
 
 
 class LogbusDataSource(DataSource):
+    counter = None  # (accumulator, window_ms) in the subclasses of counting()
+
     @classmethod
     def name(cls) -> str:
         return "logbus"
@@ -172,11 +174,21 @@ class LogbusDataSource(DataSource):
         return table_schema(decode[1])
 
     def reader(self, schema: StructType) -> "LogbusReader":
-        return LogbusReader(self.options)
+        return LogbusReader(self.options, self.counter)
+
+
+def counting(accumulator, window_ms: int) -> type[LogbusDataSource]:
+    """The source under the name ``logbus_counted``, whose reads also take the warehouse tier's counts of the
+    rows they yield into ``accumulator`` (a :class:`spark_jobs.tier_counts.ByRange` accumulator): register it,
+    read with ``format("logbus_counted")`` and a decoding ``valueFormat``. A class made here is pickled with its
+    accumulator to the Python workers that plan and read."""
+    return type("CountingLogbusDataSource", (LogbusDataSource,),
+                {"counter": (accumulator, window_ms), "name": classmethod(lambda cls: "logbus_counted")})
 
 
 class LogbusReader(DataSourceReader):
-    def __init__(self, options):
+    def __init__(self, options, counter=None):
+        self.counter = counter
         self.options = options = normalize(options)
         self.conf = consumer_config(options)
         self.headers = str(options.get("includeHeaders", "true")).lower() == "true"
@@ -188,6 +200,8 @@ class LogbusReader(DataSourceReader):
         self.fetcher = str(options.get("fetcher", "auto")).lower()
         if self.fetcher not in ("auto", "raw", "librdkafka"):
             raise SourceError(f"fetcher must be auto, raw or librdkafka, got {self.fetcher!r}")
+        if counter is not None and self.decode is None:
+            raise SourceError("the counting source needs valueFormat=confluent-avro (it counts the audit columns)")
 
     def partitions(self) -> list[Range]:
         marks = _Watermarks(self.conf)
@@ -202,6 +216,20 @@ class LogbusReader(DataSourceReader):
         return out or [Range("", -1, 0, 0)]  # Spark wants at least one partition
 
     def read(self, partition: Range):
+        if self.counter is None:
+            yield from self._read(partition)
+            return
+        from spark_jobs.tier_counts import RangeCounts
+
+        accumulator, window_ms = self.counter
+        counts = RangeCounts(window_ms)
+        for batch in self._read(partition):
+            counts.add(batch)
+            yield batch
+        # only a range read to its end is counted, once per range however often Spark runs it
+        accumulator.add({(partition.topic, partition.partition, partition.start, partition.until): counts.result()})
+
+    def _read(self, partition: Range):
         if partition.until <= partition.start:
             return
         raw = self.fetcher == "raw" or (self.fetcher == "auto" and fetch.supports(self.conf))

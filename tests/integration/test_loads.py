@@ -86,6 +86,27 @@ def check_exactly_once(tmp_path: Path, traffic: Traffic) -> list[dict]:
     return rows
 
 
+def counts_of(rows: list[dict], topic: str, window_ms: int) -> list[dict]:
+    """The warehouse tier's counts of ``rows`` (per producer and window: rows, runs of distinct sequences)."""
+    groups: dict[tuple[str, int], list] = {}
+    for r in rows:
+        if None not in (r["_producer"], r["_seq"], r["_generated"]):
+            entry = groups.setdefault((r["_producer"], r["_generated"] - r["_generated"] % window_ms), [0, set()])
+            entry[0] += 1
+            entry[1].add(r["_seq"])
+    out = []
+    for (pid, start), (n, seqs) in sorted(groups.items()):
+        runs: list[list[int]] = []
+        for s in sorted(seqs):
+            if runs and s == runs[-1][1] + 1:
+                runs[-1][1] = s
+            else:
+                runs.append([s, s])
+        out.append({"topic": topic, "producer_id": pid, "window_start": start, "window_end": start + window_ms,
+                    "count": n, "sequences": runs})
+    return out
+
+
 def test_load_writes_the_records_advances_the_ledger_and_quarantines(broker, registry, tmp_path):
     reg = registry(broker.bootstrap)
     traffic = Traffic(broker, reg, "pageviews")
@@ -109,6 +130,8 @@ def test_load_writes_the_records_advances_the_ledger_and_quarantines(broker, reg
     manifest = json.loads((tmp_path / "warehouse" / "_manifests" / "load-000001.json").read_text())
     assert manifest["rows"] == {"pageviews": 2500} and manifest["quarantined"] == {"pageviews": 1}
     assert all(Path(f.removeprefix("file:")).exists() for f in manifest["files"])
+    counted = json.loads((tmp_path / "warehouse" / "_audit" / "counts" / "load-000001.json").read_text())
+    assert counted == counts_of(rows, "pageviews", 1000)  # taken in the write's pass, equal to the rows written
     report = json.loads((tmp_path / "warehouse" / "_audit" / "report.json").read_text())
     assert report["rows"] and all(r["status"] == "complete" and r["tier"] == "warehouse" for r in report["rows"])
     assert sum(r["expected"] for r in report["rows"]) == 2500
