@@ -8,9 +8,13 @@ own headers are kept; three provenance headers are appended (``logbus.mirror.sou
 ``.offset``, as the record path writes them); a record that already carries ``logbus.mirror.source`` is a
 mirrored copy and is skipped (no loops). Offset deltas are renumbered 0..n-1 (a compacted source has gaps; the
 target assigns its own offsets), so records of several source batches go into one target batch: Produce v3+
-takes exactly one batch per partition. A batch of LogAppendTime source records is copied with their append time
-as the create time (what a consumer saw as the record's timestamp). Compressed source batches are decompressed
-and the target batch is compressed with the same codec.
+takes exactly one batch per partition; a target batch that reaches ``max_batch_bytes`` is closed and the next
+record starts a new one, also in the middle of a source batch. A batch of LogAppendTime source records is copied
+with their append time as the create time (what a consumer saw as the record's timestamp). Each target batch's
+maxTimestamp is the largest timestamp of the records it holds (-1 if none is larger, as Kafka's batch builder
+starts), taken from the records as they are written, never from a source header: it is the first timestamp plus
+the largest timestamp delta written into the batch. Compressed source batches are decompressed and the target
+batch is compressed with the same codec.
 
 Cost: one pass over each record's fields. Compiled (:func:`broker.protocol.kernels.rewrite_mirrored`, numba):
 about 0.3 µs a record, the source batch's records written into a scratch buffer in one native loop. In Python
@@ -45,6 +49,7 @@ _ZZ = tuple(varint(i) for i in range(1 << 14))  # zigzag varints of small non-ne
 _ZIGZAG = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
 _SCRATCH = threading.local()
 MAX_BATCH_BYTES = 900_000  # records bytes per target batch: under the default message.max.bytes (1 MiB)
+_NO_DELTA = kernels.MIN_INT64  # the largest timestamp delta written into a target batch before any record
 
 
 def _header(name: str, value: bytes) -> bytes:
@@ -157,7 +162,7 @@ def _rewrite_compiled(body, header, position: int, log_append: bool, provenance:
     """:func:`_rewrite` by the kernel; None (and everything as it was) when the kernel declines the batch."""
     source_first_ts = header.max_timestamp if log_append else header.base_timestamp
     first = current
-    before = (len(current.records), current.count, current.first_timestamp, current.codec,
+    before = (len(current.records), current.count, current.first_timestamp, current.max_timestamp, current.codec,
               current.last_source_offset, len(out.batches), out.records, out.skipped_loops, out.value_bytes)
     if current.count == 0:
         current.first_timestamp = source_first_ts
@@ -175,6 +180,7 @@ def _rewrite_compiled(body, header, position: int, log_append: bool, provenance:
     state[kernels.REMAINING] = header.record_count
     state[kernels.COUNT] = current.count
     state[kernels.LAST_OFFSET] = current.last_source_offset
+    state[kernels.MAX_TS_DELTA] = _NO_DELTA
     copied_before = 0
     while True:
         status = kernels.rewrite_mirrored(source, header.base_offset, position, log_append, shift,
@@ -189,16 +195,16 @@ def _rewrite_compiled(body, header, position: int, log_append: bool, provenance:
         current.last_source_offset = int(state[kernels.LAST_OFFSET])
         if status == kernels.OK:
             break
-        out.records += int(state[kernels.COPIED]) - copied_before  # FULL: the next target batch
+        _raise_max_timestamp(current, int(state[kernels.MAX_TS_DELTA]))  # FULL: the next target batch
+        out.records += int(state[kernels.COPIED]) - copied_before
         copied_before = int(state[kernels.COPIED])
         current = TargetBatch(codec=current.codec, first_timestamp=source_first_ts)
         out.batches.append(current)
         shift = 0
         state[kernels.WRITTEN] = 0
         state[kernels.COUNT] = 0
-    ts = header.max_timestamp
-    if ts > current.max_timestamp:
-        current.max_timestamp = ts
+        state[kernels.MAX_TS_DELTA] = _NO_DELTA
+    _raise_max_timestamp(current, int(state[kernels.MAX_TS_DELTA]))
     out.records += int(state[kernels.COPIED]) - copied_before
     out.skipped_loops += int(state[kernels.SKIPPED])
     out.value_bytes += int(state[kernels.VALUE_BYTES])
@@ -214,9 +220,18 @@ def _scratch(size: int) -> np.ndarray:
     return buffer
 
 
+def _raise_max_timestamp(batch: TargetBatch, max_ts_delta: int) -> None:
+    """Raise ``batch.max_timestamp`` to the largest timestamp of the records just written into it: its first
+    timestamp plus ``max_ts_delta``, the largest timestamp delta written (``_NO_DELTA``: none, nothing changes).
+    At most the int64 maximum (only a source whose timestamps run past 64 bits gets there)."""
+    ts = batch.first_timestamp + max_ts_delta
+    if ts > batch.max_timestamp:
+        batch.max_timestamp = min(ts, kernels.MAX_INT64)
+
+
 def _restore(current: TargetBatch, out: Copied, before: tuple) -> None:
-    (size, current.count, current.first_timestamp, current.codec, current.last_source_offset, batches, out.records,
-     out.skipped_loops, out.value_bytes) = before
+    (size, current.count, current.first_timestamp, current.max_timestamp, current.codec, current.last_source_offset,
+     batches, out.records, out.skipped_loops, out.value_bytes) = before
     del current.records[size:]
     del out.batches[batches:]
 
@@ -236,6 +251,7 @@ def _rewrite_python(body, header, position: int, log_append: bool, provenance: P
     appended_ts = varint(shift)  # the timestamp delta of every record of a LogAppendTime batch
     records = current.records
     count = current.count
+    max_ts_delta = _NO_DELTA  # of the records written into ``current`` here
     value_bytes = skipped = copied = 0
     pos = 0
     end_of_body = len(body)
@@ -304,18 +320,25 @@ def _rewrite_python(body, header, position: int, log_append: bool, provenance: P
                 continue
             if len(records) >= max_batch_bytes:
                 current.count = count
+                _raise_max_timestamp(current, max_ts_delta)
                 out.records += copied
                 current = TargetBatch(codec=current.codec, first_timestamp=source_first_ts)
                 out.batches.append(current)
                 records, count, shift, copied, appended_ts = current.records, 0, 0, 0, b"\x00"
+                max_ts_delta = _NO_DELTA
             offset_text = str(offset).encode()
             delta = zz[count] if count < 16384 else varint(count)
             if log_append:
                 timestamp = appended_ts
+                written_ts_delta = shift
             elif shift:
-                timestamp = varint(ts_delta + shift)
+                written_ts_delta = ts_delta + shift
+                timestamp = varint(written_ts_delta)
             else:
                 timestamp = None
+                written_ts_delta = ts_delta
+            if written_ts_delta > max_ts_delta:
+                max_ts_delta = written_ts_delta
             inner = (1 + (len(timestamp) if timestamp is not None else ts_end - attributes_at - 1) + len(delta)
                      + headers_at - key_at + (1 if header_count < 61 else len(varint(header_count + 3)))
                      + end - own_headers + len(constant) + len(offset_key) + 1 + len(offset_text))
@@ -341,9 +364,7 @@ def _rewrite_python(body, header, position: int, log_append: bool, provenance: P
     except IndexError:
         raise InvalidRecord("fewer records than the batch declares") from None
     current.count = count
-    ts = header.max_timestamp
-    if ts > current.max_timestamp:
-        current.max_timestamp = ts
+    _raise_max_timestamp(current, max_ts_delta)
     out.records += copied
     out.skipped_loops += skipped
     out.value_bytes += value_bytes

@@ -3,13 +3,16 @@ provenance headers, lose nothing but markers, aborted records and mirrored copie
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from broker.protocol import compression, records
+from broker.protocol import compression, kernels, records
 from broker.protocol.batch_builder import build_batch, encode_record, varint
 from broker.protocol.control import TIMESTAMP_TYPE, TRANSACTIONAL, marker_batch
 from broker.protocol.record_reader import _varint, iter_records, records_body
 from broker.protocol.records import InvalidRecord, read_header
+from mirror import batches
 from mirror.batches import OFFSET_HEADER, PARTITION_HEADER, SOURCE_HEADER, Provenance, copy_fetched
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -45,13 +48,19 @@ def decode(batch: bytes) -> list[dict]:
 
 
 def source_batch(base: int, values: list[tuple], ts: int = 1_700_000_000_000, codec: int = 0, attributes: int = 0,
-                 producer_id: int = -1, deltas: list[int] | None = None) -> bytes:
-    recs = [encode_record(deltas[i] if deltas else i, k, v, timestamp_delta=i * 7, headers=h)
+                 producer_id: int = -1, deltas: list[int] | None = None, ts_deltas: list[int] | None = None,
+                 max_ts: int | None = None) -> bytes:
+    """``ts_deltas``: the records' timestamp deltas (default 0, 7, 14, ..); ``max_ts``: the header's maxTimestamp
+    (default the base timestamp, as build_batch writes it)."""
+    recs = [encode_record(deltas[i] if deltas else i, k, v, timestamp_delta=ts_deltas[i] if ts_deltas else i * 7,
+                          headers=h)
             for i, (k, v, h) in enumerate(values)]
     batch = build_batch(recs, timestamp_ms=ts, base_offset=base, producer_id=producer_id,
                         attributes=attributes)
     if deltas:  # lastOffsetDelta of a compacted batch keeps its original value
         batch = batch[:23] + (deltas[-1]).to_bytes(4, "big") + batch[27:]
+    if max_ts is not None:
+        batch = batch[:35] + max_ts.to_bytes(8, "big", signed=True) + batch[43:]
     if codec:
         header = read_header(batch)
         body = compression.compress(codec, batch[records.HEADER_SIZE:])
@@ -61,7 +70,7 @@ def source_batch(base: int, values: list[tuple], ts: int = 1_700_000_000_000, co
         after = struct.pack(">hiqqqhii", codec | attributes, header.last_offset_delta, header.base_timestamp,
                             header.max_timestamp, producer_id, -1, -1, header.record_count) + body
         batch = struct.pack(">qiibI", base, 4 + 1 + 4 + len(after), -1, 2, crc32c.crc32c(after)) + after
-    if attributes or deltas:  # recompute the CRC over the patched header
+    if attributes or deltas or max_ts is not None:  # recompute the CRC over the patched header
         import crc32c
         import struct
         batch = batch[:17] + struct.pack(">I", crc32c.crc32c(batch[21:])) + batch[21:]
@@ -150,3 +159,77 @@ def test_corrupt_records_raise():
     with pytest.raises(InvalidRecord):
         copy_fetched(bytes(batch), 0, [], Provenance("live", 0))
     assert varint(0) == b"\x00"
+
+
+def split_sources(kind: str, rng: random.Random) -> tuple[bytes, int, list[int]]:
+    """Source batches whose records (about 130 bytes each) do not fit one target batch of 700 bytes, with timestamps
+    out of order: (bytes, position, the timestamps of the records a copy holds, in order)."""
+    data, expected, base = b"", [], 0
+    position = 3 if kind == "create" else 0
+    ts = 1_700_000_000_000
+    plan = {"create": ["create", "create"], "log_append": ["log_append", "log_append"],
+            "mixed": ["create", "log_append", "create"]}[kind]
+    for i, source_kind in enumerate(plan):
+        n = 30
+        ts_deltas = [rng.randrange(-5_000, 60_000) for _ in range(n)]
+        looped = {rng.randrange(n)}
+        values = [(b"k%d" % j, rng.randbytes(120), ((SOURCE_HEADER, b"x"),) if j in looped else ())
+                  for j in range(n)]
+        if source_kind == "create":
+            max_ts = ts + max(ts_deltas)  # a correct header
+            stamps = [ts + d for d in ts_deltas]
+            data += source_batch(base, values, ts=ts, ts_deltas=ts_deltas, max_ts=max_ts, codec=i % 2 * 3)
+        else:
+            append_time = ts + 30_000 + i
+            stamps = [append_time] * n
+            data += source_batch(base, values, ts=ts, ts_deltas=ts_deltas, max_ts=append_time,
+                                 attributes=TIMESTAMP_TYPE)
+        expected += [stamp for j, stamp in enumerate(stamps) if base + j >= position and j not in looped]
+        base += n
+        ts += rng.choice((-40_000, 0, 25_000))
+    return data, position, expected
+
+
+@pytest.mark.parametrize("kind", ["create", "log_append", "mixed"])
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_a_source_batch_split_across_target_batches_gives_each_its_max_timestamp(monkeypatch, path, kind):
+    """Every target batch's maxTimestamp is the largest timestamp of the records it holds, also the batches closed
+    early at the size cap in the middle of a source batch (they used to keep -1)."""
+    if path == "compiled":
+        if not kernels.ENABLED:
+            pytest.skip("numba off (LOGBUS_JIT=0)")
+
+        def python_rewrite(*args):
+            raise AssertionError("the kernel declined the batch")
+        monkeypatch.setattr(batches, "_rewrite_python", python_rewrite)
+    else:
+        monkeypatch.setattr(batches, "_rewrite_compiled", lambda *args: None)
+    data, position, expected = split_sources(kind, random.Random(kind))
+    copied = copy_fetched(data, position, [], Provenance("live", 0), max_batch_bytes=700)
+    assert len(copied.batches) >= 8
+    timestamps = []
+    for batch in copied.batches:
+        encoded = batch.encode()
+        out = decode(encoded)
+        stamps = [r["ts"] for r in out]
+        assert read_header(encoded).max_timestamp == batch.max_timestamp == max(stamps)
+        timestamps += stamps
+    assert timestamps == expected
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_max_timestamp_counts_only_the_records_copied(monkeypatch, path):
+    """Records before the position and mirrored copies are not in the target batch, nor is their timestamp; nor is
+    a source header's maxTimestamp (this one overstates its records')."""
+    if path == "compiled" and not kernels.ENABLED:
+        pytest.skip("numba off (LOGBUS_JIT=0)")
+    if path == "python":
+        monkeypatch.setattr(batches, "_rewrite_compiled", lambda *args: None)
+    looped = (b"k", b"v", ((SOURCE_HEADER, b"other"),))
+    data = (source_batch(0, [(b"a", b"1", ())] * 4, ts=5000, ts_deltas=[900, 800, 30, 20], max_ts=5900)
+            + source_batch(4, [looped] * 2, ts=8000, ts_deltas=[0, 5], max_ts=8005)
+            + source_batch(6, [(b"b", b"2", ())] * 2, ts=4000, ts_deltas=[3, 1], max_ts=99_999))
+    copied = copy_fetched(data, 2, [], Provenance("live", 0))
+    assert len(copied.batches) == 1 and copied.skipped_loops == 2
+    assert [r["ts"] for r in decode(copied.batches[0].encode())] == [5030, 5020, 4003, 4001]
+    assert copied.batches[0].max_timestamp == 5030

@@ -15,7 +15,7 @@ from broker.protocol import kernels
 from mirror import batches
 from mirror.batches import SOURCE_HEADER, Provenance, copy_fetched
 
-from test_mirror_batches import source_batch
+from test_mirror_batches import decode, source_batch
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(300)]
 needs_kernel = pytest.mark.skipif(not kernels.ENABLED, reason="numba off (LOGBUS_JIT=0)")
@@ -133,3 +133,59 @@ def test_a_header_count_past_the_record_is_an_error_in_both():
                                       p.constant_array, p.offset_key_array, batches._SOURCE_ARRAY,
                                       np.empty(1000, np.uint8), 10 ** 6, state)
     assert status == kernels.BAD
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed", range(12))
+def test_same_bytes_and_exact_max_timestamps_with_unordered_timestamps(monkeypatch, seed):
+    """Timestamps out of order (negative deltas too, headers right or wrong), source batches split at a small cap:
+    the same bytes both ways, and every target batch's maxTimestamp is the largest timestamp it holds."""
+    rng = random.Random(1000 + seed)
+    data = b""
+    base = rng.choice((0, 77))
+    ts = 1_700_000_000_000
+    for _ in range(rng.randint(1, 4)):
+        n = rng.randint(1, 120)
+        values = random_values(rng, n)
+        ts_deltas = [rng.randrange(-100_000, 100_000) for _ in range(n)]
+        attributes = TIMESTAMP_TYPE if rng.random() < 0.3 else 0
+        max_ts = rng.choice((ts + max(ts_deltas), ts, ts + 10 ** 6))
+        data += source_batch(base, values, ts=ts, attributes=attributes, ts_deltas=ts_deltas, max_ts=max_ts,
+                             codec=rng.choice((0, 0, 3)))
+        base += n
+        ts += rng.choice((-50_000, 0, 3, 90_000_000))
+    position = rng.choice((0, base // 2))
+    cap = rng.choice((2000, 700, 300))
+    compiled, python = both(monkeypatch, data, position, cap)
+    assert compiled == python
+    for encoded in compiled[0]:
+        assert records.read_header(encoded).max_timestamp == max(r["ts"] for r in decode(encoded))
+
+
+@needs_kernel
+@pytest.mark.parametrize("log_append, shift, expected", [(False, 0, 40), (False, 100, 140), (True, 7, 7)])
+def test_the_kernel_keeps_the_largest_written_timestamp_delta(log_append, shift, expected):
+    import numpy as np
+
+    from broker.protocol.batch_builder import varint
+
+    body = b"".join(encode_record(i, b"k", b"v", timestamp_delta=d) for i, d in enumerate((5, -3, 40, 2)))
+    state = np.zeros(kernels.STATE_SIZE, np.int64)
+    state[kernels.REMAINING] = 4
+    state[kernels.MAX_TS_DELTA] = kernels.MIN_INT64
+    p = Provenance("live", 0)
+    status = kernels.rewrite_mirrored(np.frombuffer(body, np.uint8), 0, 0, log_append, shift,
+                                      np.frombuffer(varint(shift), np.uint8), p.constant_array, p.offset_key_array,
+                                      batches._SOURCE_ARRAY, np.empty(1000, np.uint8), 10 ** 6, state)
+    assert status == kernels.OK and state[kernels.COUNT] == 4 and state[kernels.MAX_TS_DELTA] == expected
+
+
+@needs_kernel
+def test_timestamps_past_64_bits_give_the_int64_maximum(monkeypatch):
+    """A corrupt source whose base timestamp plus a delta runs past 64 bits: maxTimestamp stops at the int64
+    maximum (it still encodes), the same both ways."""
+    top = kernels.MAX_INT64
+    data = source_batch(0, [(b"k", b"v", [])] * 3, ts=top - 10, ts_deltas=[0, 100, 3], max_ts=top)
+    compiled, python = both(monkeypatch, data, 0, batches.MAX_BATCH_BYTES)
+    assert compiled == python
+    assert records.read_header(compiled[0][0]).max_timestamp == top

@@ -9,7 +9,11 @@ code that keeps no Python object per record. No I/O.
   its three provenance headers appended, byte for byte what the Python rewrite writes. ``BAD`` makes the caller
   rewrite that source batch in Python (the exact error, or the exact output for the rare inputs the kernel
   declines: negative offsets and header counts, timestamps near the 64-bit limits); ``FULL``: the target batch
-  reached its size cap before the next record.
+  reached its size cap before the next record. Its progress is kept in a small int64 ``state`` array (slots
+  ``POS`` .. ``MAX_TS_DELTA`` below) that the caller reads after each call, and resets in part (``WRITTEN``,
+  ``COUNT``, ``MAX_TS_DELTA``) when it starts the next target batch after ``FULL``. ``MAX_TS_DELTA`` is the
+  largest timestamp delta written into the current target batch (``MIN_INT64`` before any): the caller adds the
+  target batch's first timestamp to it for the batch's maxTimestamp.
 
 Both are conservative on purpose: the Python code stays the reference, and tests compare them
 (``tests/unit/test_kernels.py``, ``tests/unit/test_mirror_rewrite_kernel.py``). Signed 64-bit arithmetic only
@@ -42,9 +46,11 @@ if ENABLED:
         ENABLED = False
 
 OK, FULL, BAD = 0, 1, 2
-# rewrite_mirrored's state slots, read and written by the kernel: where it is, and what it has done so far
-POS, REMAINING, WRITTEN, COUNT, COPIED, SKIPPED, VALUE_BYTES, LAST_OFFSET = range(8)
-STATE_SIZE = 8
+# rewrite_mirrored's state slots, read and written by the kernel: where it is, and what it has done so far.
+# MAX_TS_DELTA: the largest timestamp delta written into the current target batch (the caller sets MIN_INT64
+# for none yet)
+POS, REMAINING, WRITTEN, COUNT, COPIED, SKIPPED, VALUE_BYTES, LAST_OFFSET, MAX_TS_DELTA = range(9)
+STATE_SIZE = 9
 # per record, the most a mirrored record can grow over its source, besides the provenance headers' names and
 # constant values: the offset's length byte and up to 20 digits, and varints that may widen (timestamp 9, offset
 # delta 4, header count 4, length 4)
@@ -200,11 +206,14 @@ def _has_source_header(body, pos, end, count, end_of_body, source_key):
 def _rewrite_mirrored(body, base_offset, position, log_append, shift, appended_ts, constant, offset_key,
                       source_key, out, room, state):
     """Rewrite records of ``body`` from ``state[POS]`` (``state[REMAINING]`` of them left) into ``out`` from
-    ``state[WRITTEN]``: OK (all done), FULL (``room`` bytes written before the next record) or BAD."""
+    ``state[WRITTEN]``: OK (all done), FULL (``room`` bytes written before the next record) or BAD. Each written
+    record's timestamp delta (``shift`` for LogAppendTime, else its own delta plus ``shift``) raises
+    ``state[MAX_TS_DELTA]``."""
     end_of_body = len(body)
     pos = state[POS]
     written = state[WRITTEN]
     count = state[COUNT]
+    max_ts_delta = state[MAX_TS_DELTA]
     digits = np.empty(20, np.uint8)
     while state[REMAINING] > 0:
         length, pos, ok = _read(body, pos, end_of_body, 5)
@@ -273,11 +282,15 @@ def _rewrite_mirrored(body, base_offset, position, log_append, shift, appended_t
                 break
         if log_append:
             ts_size = len(appended_ts)
+            timestamp = shift
         elif shift != 0:
             timestamp = ts_delta + shift
             ts_size = _size(timestamp)
         else:
+            timestamp = ts_delta
             ts_size = ts_end - attributes_at - 1
+        if timestamp > max_ts_delta:
+            max_ts_delta = timestamp
         inner = (1 + ts_size + _size(count) + headers_at - key_at + _size(header_count + 3) + end - own_headers
                  + len(constant) + len(offset_key) + 1 + n_digits)
         written = _write(out, written, inner)
@@ -309,6 +322,7 @@ def _rewrite_mirrored(body, base_offset, position, log_append, shift, appended_t
         state[REMAINING] -= 1
         state[WRITTEN] = written
         state[COUNT] = count
+        state[MAX_TS_DELTA] = max_ts_delta
     return OK
 
 
