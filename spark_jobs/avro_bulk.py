@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from broker.protocol import kernels
 from broker.protocol.columnar import varint
 from spark_jobs.columnar import Records, binary_array, string_array
 
@@ -134,8 +135,12 @@ def audit_columns(r: Records) -> dict:
     lengths = np.array(sorted({len(t) for t in targets.values()}))
     width = int(lengths.max())
     n = len(r)
-    found = {column: (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)) for column in AUDIT}
-    for idx, hk_pos, hk_len, hv_pos, hv_len in r.headers:  # in header order: the last of a name wins
+    if r.named is not None and all(key in r.named for key in AUDIT.values()):  # found by the compiled parse
+        found = {column: r.named[key] for column, key in AUDIT.items()}
+        targets = {}
+    else:
+        found = {column: (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)) for column in AUDIT}
+    for idx, hk_pos, hk_len, hv_pos, hv_len in r.headers if targets else ():  # in order: the last of a name wins
         candidates = np.flatnonzero(np.isin(hk_len, lengths))
         if not candidates.size:
             continue
@@ -162,7 +167,9 @@ def _integers(buf, pos, length):
     plain = (length >= 1) & (length <= 18)
     width = int(length[plain].max()) if plain.any() else 0
     values = np.zeros(n, dtype=np.int64)
-    if width:
+    if kernels.ENABLED:
+        kernels.decimals(buf, pos, length, values, plain)
+    elif width:
         cols = np.arange(width)
         digits = buf[np.minimum(pos[:, None] + cols, len(buf) - 1)].astype(np.int64) - 48
         inside = cols[None, :] < length[:, None]
@@ -176,7 +183,8 @@ def _integers(buf, pos, length):
     result = [int(v) if ok else None for v, ok in zip(values, plain)]
     for i in odd:
         try:
-            result[i] = int(bytes(buf[pos[i]: pos[i] + length[i]]))
+            value = int(bytes(buf[pos[i]: pos[i] + length[i]]))
         except ValueError:
-            result[i] = None
+            value = None
+        result[i] = value if value is not None and -2**63 <= value < 2**63 else None  # beyond int64: unparsable
     return pa.array(result, type=pa.int64())

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from broker.protocol import columnar
+from broker.protocol import columnar, kernels
 from broker.protocol.columnar import I64
-
 
 
 @dataclass
@@ -32,22 +31,63 @@ class Records:
     header_count: np.ndarray
     # per header index h: (record indices with more than h headers, key pos, key len, value pos, value len)
     headers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    # the compiled parse's (value pos, value len) of the last header of each name asked for (len -1: absent)
+    named: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.offset)
 
 
-def parse(batches: list[tuple[object, bytes]]) -> Records:
-    """All records of ``batches`` ((BatchHeader, records section) in offset order)."""
-    f = columnar.parse(b"".join(body for _, body in batches), [h.record_count for h, _ in batches],
-                       [len(body) for _, body in batches])
+def parse(batches: list[tuple[object, bytes]], names: tuple[str, ...] = ()) -> Records:
+    """All records of ``batches`` ((BatchHeader, records section) in offset order); with the compiled kernels,
+    also where the last header of each of ``names`` is in each record (``Records.named``)."""
+    data = b"".join(body for _, body in batches)
+    counts, sizes = [h.record_count for h, _ in batches], [len(body) for _, body in batches]
+    f, named = _compiled(data, counts, sizes, names) if kernels.ENABLED else (None, None)
+    if f is None:
+        f = columnar.parse(data, counts, sizes)
     per_batch = np.array([h.record_count for h, _ in batches], dtype=I64)
     base_offset = np.repeat(np.array([h.base_offset for h, _ in batches], dtype=I64), per_batch)
     log_append = np.repeat(np.array([bool(h.attributes & 0x08) for h, _ in batches]), per_batch)
     base_ts = np.repeat(np.array([h.base_timestamp for h, _ in batches], dtype=I64), per_batch)
     max_ts = np.repeat(np.array([h.max_timestamp for h, _ in batches], dtype=I64), per_batch)
     return Records(f.buf, base_offset + f.offset_delta, np.where(log_append, max_ts, base_ts + f.ts_delta),
-                   log_append, f.key_pos, f.key_len, f.value_pos, f.value_len, f.header_count, f.headers)
+                   log_append, f.key_pos, f.key_len, f.value_pos, f.value_len, f.header_count, f.headers, named)
+
+
+def _compiled(data: bytes, counts: list[int], sizes: list[int], names: tuple[str, ...]):
+    """(Fields, named) by the kernels of :mod:`broker.protocol.kernels`, or (None, None) when they decline the
+    bytes (the numpy parse then raises its exact error)."""
+    n = sum(counts)
+    if n > len(data) // 7 + 1 or min(counts, default=0) < 0:  # a record takes at least 7 bytes
+        return None, None
+    source = np.frombuffer(data, np.uint8)
+    cols = np.empty((kernels.COLUMNS, n), dtype=I64)
+    if not kernels.parse_section(source, np.array(counts, dtype=I64), np.array(sizes, dtype=I64), cols):
+        return None, None
+    header_count = cols[kernels.HEADER_COUNT]
+    starts = np.zeros(n + 1, dtype=I64)
+    np.cumsum(header_count, out=starts[1:])
+    located = np.empty((4, int(starts[-1])), dtype=I64)
+    keys = [name.encode() for name in names]
+    found = np.empty((2 * len(keys), n), dtype=I64)
+    found[0::2], found[1::2] = 0, -1
+    kernels.locate_headers(source, cols[kernels.HEADERS_AT], header_count, starts, located,
+                           np.frombuffer(b"".join(keys) or b"\0", np.uint8),
+                           np.cumsum([len(k) for k in keys], dtype=I64), found)
+    headers = []
+    if len(located[0]):
+        record = np.repeat(np.arange(n, dtype=I64), header_count)
+        index = np.arange(len(record), dtype=I64) - np.repeat(starts[:-1], header_count)
+        for h in range(int(header_count.max())):
+            at = np.flatnonzero(index == h)
+            headers.append((record[at], *located[:, at]))
+    buf = np.zeros(len(data) + columnar.PAD, dtype=np.uint8)  # one copy of the records, padded
+    buf[:len(data)] = source
+    fields = columnar.Fields(buf, cols[kernels.START], cols[kernels.END], cols[kernels.TS_DELTA],
+                             cols[kernels.OFFSET_DELTA], cols[kernels.KEY_POS], cols[kernels.KEY_LEN],
+                             cols[kernels.VALUE_POS], cols[kernels.VALUE_LEN], header_count, headers)
+    return fields, {name: (found[2 * k], found[2 * k + 1]) for k, name in enumerate(names)}
 
 
 def select(r: Records, keep: np.ndarray) -> Records:
@@ -59,8 +99,9 @@ def select(r: Records, keep: np.ndarray) -> Records:
         mine = remap[idx] >= 0
         if mine.any():
             headers.append((remap[idx[mine]], *(c[mine] for c in cols)))
+    named = None if r.named is None else {k: (p[keep], n[keep]) for k, (p, n) in r.named.items()}
     return Records(r.buf, r.offset[keep], r.timestamp[keep], r.log_append[keep], r.key_pos[keep], r.key_len[keep],
-                   r.value_pos[keep], r.value_len[keep], r.header_count[keep], headers)
+                   r.value_pos[keep], r.value_len[keep], r.header_count[keep], headers, named)
 
 
 def in_range(r: Records, start: int, until: int) -> Records:
@@ -70,6 +111,13 @@ def in_range(r: Records, start: int, until: int) -> Records:
 
 def _gather(buf: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, bytes) of the byte strings at pos/length (length < 0: empty, null by the caller)."""
+    if kernels.ENABLED and len(pos):
+        total = int(np.maximum(length, 0).sum())
+        if total >= 2**31:
+            raise ValueError("more than 2 GiB of bytes in one column chunk")
+        offsets, data = np.empty(len(pos) + 1, dtype=I64), np.empty(total, dtype=np.uint8)
+        kernels.gather(buf, pos.astype(I64, copy=False), length.astype(I64, copy=False), offsets, data)
+        return offsets.astype(np.int32), data
     lens = np.maximum(length, 0)
     offsets = np.zeros(len(lens) + 1, dtype=I64)
     np.cumsum(lens, out=offsets[1:])

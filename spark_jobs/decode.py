@@ -232,6 +232,7 @@ def _text(b: bytes | None) -> str | None:
 
 def _int(b: bytes | None) -> int | None:
     try:
-        return int(b) if b is not None else None
+        value = int(b) if b is not None else None
     except ValueError:
         return None
+    return value if value is not None and -2**63 <= value < 2**63 else None  # beyond int64: unparsable

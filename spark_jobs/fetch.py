@@ -220,9 +220,10 @@ def _is_abort(batch, header) -> bool:
 
 
 def records(conf: dict, topic: str, partition: int, start: int, until: int, chunk_records: int = 65536,
-            chunk_bytes: int = 16 << 20):
+            chunk_bytes: int = 16 << 20, names: tuple[str, ...] = ()):
     """Yield :class:`~spark_jobs.columnar.Records` of exactly the committed records of [start, until), a few
-    batches at a time (about ``chunk_records`` records or ``chunk_bytes`` bytes per chunk)."""
+    batches at a time (about ``chunk_records`` records or ``chunk_bytes`` bytes per chunk); ``names``: headers
+    to locate in bulk (:func:`spark_jobs.columnar.parse`)."""
     from spark_jobs import columnar
 
     group, count, size = [], 0, 0
@@ -231,7 +232,7 @@ def records(conf: dict, topic: str, partition: int, start: int, until: int, chun
         count += header.record_count
         size += len(body)
         if count >= chunk_records or size >= chunk_bytes:
-            yield columnar.in_range(columnar.parse(group), start, until)
+            yield columnar.in_range(columnar.parse(group, names), start, until)
             group, count, size = [], 0, 0
     if group:
-        yield columnar.in_range(columnar.parse(group), start, until)
+        yield columnar.in_range(columnar.parse(group, names), start, until)

@@ -236,7 +236,10 @@ class LogbusReader(DataSourceReader):
         if raw:
             from spark_jobs import columnar
 
-            chunks = fetch.records(self.conf, partition.topic, partition.partition, partition.start, partition.until)
+            from spark_jobs.avro_bulk import AUDIT
+
+            chunks = fetch.records(self.conf, partition.topic, partition.partition, partition.start, partition.until,
+                                   names=tuple(AUDIT.values()) if self.decode is not None else ())
             if self.decode is None:
                 schema = columnar.raw_schema()
                 for r in chunks:

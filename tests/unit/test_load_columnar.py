@@ -10,11 +10,19 @@ import fastavro
 import pytest
 from fuzzing import build_batch
 
-from broker.protocol import record_reader
+from broker.protocol import kernels, record_reader
 from broker.protocol.records import InvalidRecord, read_header
 from spark_jobs import avro_bulk, columnar
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
+COMPILED = [True, False] if kernels.ENABLED else [False]
+
+
+@pytest.fixture(params=COMPILED, ids=lambda on: "compiled" if on else "numpy")
+def jit(request, monkeypatch):
+    """Each test once with the compiled parse (broker.protocol.kernels) and once with numpy only."""
+    monkeypatch.setattr(kernels, "ENABLED", request.param)
+    return request.param
 
 SCHEMA = {"type": "record", "name": "PageView", "namespace": "t", "fields": [
     {"name": "member", "type": "long"}, {"name": "page", "type": "string"},
@@ -94,11 +102,11 @@ def _fields(rec):
 
 
 @pytest.mark.parametrize("codec,log_append", [(0, False), (1, False), (3, True), (4, False)])
-def test_parse_matches_the_record_reader(codec, log_append):
+def test_parse_matches_the_record_reader(codec, log_append, jit):
     rng = random.Random(codec)
     sections = _sections(_batches(rng, codec=codec, log_append=log_append))
     expected = _expected(sections)
-    r = columnar.parse(sections)
+    r = columnar.parse(sections, tuple(avro_bulk.AUDIT.values()))
     assert r.offset.tolist() == [e[0] for e in expected]
     assert r.timestamp.tolist() == [e[1] for e in expected]
     batch = columnar.raw_batch(r, "t", 3, columnar.raw_schema())
@@ -115,7 +123,7 @@ def test_parse_matches_the_record_reader(codec, log_append):
         [{"key": k.decode(errors="replace"), "value": v} for k, v in e[4]] for e in expected if lo <= e[0] < hi]
 
 
-def test_parse_refuses_broken_records():
+def test_parse_refuses_broken_records(jit):
     sections = _sections(_batches(random.Random(1), n_batches=1))
     h, body = sections[0]
     with pytest.raises(InvalidRecord):
@@ -143,7 +151,7 @@ def _wire(record, schema_id=7):
 
 def _records_of_values(values, headers=None):
     recs = [(b"k%d" % i, v, (headers or {}).get(i, [])) for i, v in enumerate(values)]
-    return columnar.parse(_sections([build_batch(recs, 0, base_offset=0)]))
+    return columnar.parse(_sections([build_batch(recs, 0, base_offset=0)]), tuple(avro_bulk.AUDIT.values()))
 
 
 def _arrow_fields():
@@ -181,7 +189,7 @@ def test_bulk_avro_declines_what_fastavro_would_quarantine():
                                                                                              "items": "long"}}]}) is None
 
 
-def test_audit_headers_match_the_dict_lookup():
+def test_audit_headers_match_the_dict_lookup(jit):
     values = [b"v"] * 6
     headers = {0: [(b"logbus.audit.seq", b"12"), (b"logbus.audit.producer", b"p-1"), (b"logbus.audit.host", b"h")],
                1: [(b"logbus.audit.seq", b"1"), (b"logbus.audit.seq", b"99")],  # the last one wins
@@ -193,3 +201,42 @@ def test_audit_headers_match_the_dict_lookup():
     assert cols["_producer"].to_pylist() == ["p-1", None, None, None, None, None]
     assert cols["_host"].to_pylist() == ["h", None, "\ufffd", None, None, None]
     assert cols["_generated"].to_pylist() == [None, None, -3, None, 1700000000000, None]
+
+
+def _outcome(sections, compiled: bool, monkeypatch):
+    monkeypatch.setattr(kernels, "ENABLED", compiled)
+    try:
+        r = columnar.parse(sections, tuple(avro_bulk.AUDIT.values()))
+    except InvalidRecord:
+        return "invalid"
+    audit = {k: v.to_pylist() for k, v in avro_bulk.audit_columns(r).items()}
+    return ([a.tolist() for a in (r.offset, r.timestamp, r.key_pos, r.key_len, r.value_pos, r.value_len,
+                                  r.header_count)], [[a.tolist() for a in h] for h in r.headers], audit,
+            bytes(r.buf))
+
+
+@pytest.mark.skipif(not kernels.ENABLED, reason="numba off")
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_parse_equals_numpy_on_damaged_sections(seed, monkeypatch):
+    """Random batches with audit headers, then random bytes changed, cut or added: the compiled parse and the
+    numpy parse give the same columns, headers and audit values, or both refuse."""
+    rng = random.Random(seed)
+    recs = []
+    for i in range(rng.randint(1, 60)):
+        headers = [(rng.choice([b"logbus.audit.seq", b"logbus.audit.producer", b"logbus.audit.time", b"x"]),
+                    rng.choice([b"%d" % rng.randint(0, 10**12), b"p-1", None, b"-4", b"9" * 19]))
+                   for _ in range(rng.choice([0, 1, 3, 5]))]
+        recs.append((None if rng.random() < 0.2 else b"k%d" % i, rng.randbytes(rng.randint(0, 40)), headers))
+    sections = _sections([build_batch(recs, 0, base_offset=10)])
+    h, body = sections[0]
+    body = bytearray(body)
+    for _ in range(rng.choice([0, 1, 1, 2, 4])):
+        what = rng.random()
+        if what < 0.6 and body:
+            body[rng.randrange(len(body))] = rng.choice([0, 1, 2, 0x7F, 0x80, 0xFF, rng.randrange(256)])
+        elif what < 0.8 and body:
+            del body[rng.randrange(len(body)):]
+        else:
+            body += rng.randbytes(rng.randint(1, 3))
+    damaged = [(h, bytes(body))]
+    assert _outcome(damaged, True, monkeypatch) == _outcome(damaged, False, monkeypatch)

@@ -14,6 +14,11 @@ code that keeps no Python object per record. No I/O.
   ``COUNT``, ``MAX_TS_DELTA``) when it starts the next target batch after ``FULL``. ``MAX_TS_DELTA`` is the
   largest timestamp delta written into the current target batch (``MIN_INT64`` before any): the caller adds the
   target batch's first timestamp to it for the batch's maxTimestamp.
+- :func:`parse_section`, :func:`locate_headers`, :func:`gather`, :func:`decimals`: the loads' bulk parse
+  (:mod:`spark_jobs.columnar`, :mod:`spark_jobs.avro_bulk`): a records section into per-record columns with the
+  checks of :func:`broker.protocol.columnar.parse` (False: the numpy parse gives the exact error), every header
+  located and the named ones (the audit headers) found, byte strings gathered into Arrow buffers, ASCII
+  decimals parsed.
 
 Both are conservative on purpose: the Python code stays the reference, and tests compare them
 (``tests/unit/test_kernels.py``, ``tests/unit/test_mirror_rewrite_kernel.py``). Signed 64-bit arithmetic only
@@ -378,7 +383,175 @@ def warm() -> float:
         state[REMAINING] = 1
         rewrite_mirrored(body, 0, 0, False, 0, readonly, readonly, readonly, readonly, np.empty(256, np.uint8),
                          1 << 20, state)
+    section = np.frombuffer(record, np.uint8)
+    cols = np.empty((COLUMNS, 1), np.int64)
+    ones = np.ones(1, np.int64)
+    parse_section(section, ones, np.array([len(record)], np.int64), cols)
+    found = np.empty((2, 1), np.int64)
+    locate_headers(section, cols[HEADERS_AT], cols[HEADER_COUNT], np.array([0, 1], np.int64),
+                   np.empty((4, 1), np.int64), np.frombuffer(b"h", np.uint8), ones, found)
+    padded = np.zeros(len(record) + 16, np.uint8)
+    gather(padded, cols[KEY_POS], cols[KEY_LEN], np.empty(2, np.int64), np.empty(1, np.uint8))
+    decimals(padded, found[0], found[1], np.zeros(1, np.int64), np.ones(1, bool))
     return time.perf_counter() - started
+
+
+# ---- the loads' bulk parse (spark_jobs.columnar) ---------------------------------------------------------------
+# parse_section's columns, one row each in its ``cols`` output
+START, END, TS_DELTA, OFFSET_DELTA, KEY_POS, KEY_LEN, VALUE_POS, VALUE_LEN, HEADER_COUNT, HEADERS_AT = range(10)
+COLUMNS = 10
+
+
+def _parse_section(data, counts, sizes, cols):
+    """Every record of the concatenated records sections ``data`` into ``cols`` (COLUMNS x records), with the
+    structure checks of :func:`broker.protocol.columnar.parse`; False (the numpy parse then gives the error)
+    for anything it would reject, and for varints over 64 bits."""
+    total = len(data)
+    pos = 0
+    at = 0
+    batch_end = 0
+    n = cols.shape[1]
+    for b in range(len(counts)):
+        batch_end += sizes[b]
+        if batch_end > total:
+            return False
+        for _ in range(counts[b]):
+            if at >= n:
+                return False
+            cols[START, at] = pos
+            length, pos, ok = _read(data, pos, batch_end, 5)
+            if not ok:
+                return False
+            end = pos + length
+            if length < 6 or end > batch_end:
+                return False
+            pos += 1  # attributes
+            ts_delta, pos, ok = _read(data, pos, end, 10)
+            if not ok:
+                return False
+            offset_delta, pos, ok = _read(data, pos, end, 5)
+            if not ok:
+                return False
+            key_length, pos, ok = _read(data, pos, end, 5)
+            if not ok:
+                return False
+            cols[KEY_POS, at] = pos
+            if key_length > 0:
+                pos += key_length
+            if pos >= end:
+                return False
+            value_length, pos, ok = _read(data, pos, end, 5)
+            if not ok:
+                return False
+            cols[VALUE_POS, at] = pos
+            if value_length > 0:
+                pos += value_length
+            if pos >= end:
+                return False
+            header_count, pos, ok = _read(data, pos, end, 5)
+            if not ok or header_count < 0 or header_count * 2 > end - pos:
+                return False
+            cols[HEADERS_AT, at] = pos
+            for _ in range(header_count):
+                hk, pos, ok = _read(data, pos, end, 5)
+                if not ok or hk < 0:
+                    return False
+                pos += hk
+                hv, pos, ok = _read(data, pos, end, 5)
+                if not ok:
+                    return False
+                if hv > 0:
+                    pos += hv
+                if pos > end:
+                    return False
+            if pos != end:
+                return False
+            cols[END, at] = end
+            cols[TS_DELTA, at] = ts_delta
+            cols[OFFSET_DELTA, at] = offset_delta
+            cols[KEY_LEN, at] = key_length
+            cols[VALUE_LEN, at] = value_length
+            cols[HEADER_COUNT, at] = header_count
+            at += 1
+        if pos != batch_end:
+            return False
+    return at == n and pos == total
+
+
+def _locate_headers(data, headers_at, header_count, offsets, located, names, name_ends, found):
+    """Every header of already parsed records: ``located`` (4 x headers: key pos, key len, value pos, value len,
+    record by record from ``offsets``), and in ``found`` (2 x len(names) x records: value pos, value len, -1
+    where absent) the last header of each name in ``names`` (concatenated, ending at ``name_ends``)."""
+    for i in range(len(headers_at)):
+        pos = headers_at[i]
+        slot = offsets[i]
+        for _ in range(header_count[i]):
+            hk, pos, ok = _read(data, pos, len(data), 5)
+            key_pos = pos
+            pos += hk
+            hv, pos, ok = _read(data, pos, len(data), 5)
+            located[0, slot] = key_pos
+            located[1, slot] = hk
+            located[2, slot] = pos
+            located[3, slot] = hv
+            slot += 1
+            begin = 0
+            for k in range(len(name_ends)):
+                stop = name_ends[k]
+                if stop - begin == hk:
+                    same = True
+                    for j in range(hk):
+                        if data[key_pos + j] != names[begin + j]:
+                            same = False
+                            break
+                    if same:
+                        found[2 * k, i] = pos
+                        found[2 * k + 1, i] = hv
+                begin = stop
+            if hv > 0:
+                pos += hv
+
+
+def _gather(buf, pos, length, offsets, out):
+    """The byte strings at ``pos``/``length`` (< 0: empty) one after the other into ``out``; ``offsets`` gets
+    their starts (and the total at the end)."""
+    at = 0
+    for i in range(len(pos)):
+        offsets[i] = at
+        n = length[i]
+        if n > 0:
+            _memcpy(out, at, buf, pos[i], n)
+            at += n
+    offsets[len(pos)] = at
+
+
+def _decimals(buf, pos, length, values, plain):
+    """``int()`` of the ASCII decimals at ``pos``/``length`` where they are 1 to 18 plain digits (``plain``
+    True), else ``plain`` False."""
+    for i in range(len(pos)):
+        n = length[i]
+        if n < 1 or n > 18:
+            plain[i] = False
+            continue
+        v = 0
+        ok = True
+        for j in range(n):
+            d = np.int64(buf[pos[i] + j]) - 48
+            if d < 0 or d > 9:
+                ok = False
+                break
+            v = v * 10 + d
+        values[i] = v
+        plain[i] = ok
+
+
+if ENABLED:
+    parse_section = njit(cache=True, nogil=True)(_parse_section)
+    locate_headers = njit(cache=True, nogil=True)(_locate_headers)
+    gather = njit(cache=True, nogil=True)(_gather)
+    decimals = njit(cache=True, nogil=True)(_decimals)
+else:
+    parse_section = locate_headers = gather = decimals = None
 
 
 if __name__ == "__main__":
