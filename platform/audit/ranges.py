@@ -26,6 +26,34 @@ class RangeSet:
             j += 1
         self.ranges[i:j] = [[first, last]]
 
+    def update(self, ranges) -> None:
+        """Add sorted, disjoint ranges ``[(first, last), ...]`` (:func:`runs` gives them): only the part of this
+        set that they reach is merged with them, in one pass, and spliced back once, so a batch costs its own size
+        plus the ranges already in its span, not one list shift per value (``add``)."""
+        if not ranges:
+            return
+        mine = self.ranges
+        lo, hi = ranges[0][0], ranges[-1][1]
+        i = bisect_left(mine, [lo, lo])
+        if i > 0 and mine[i - 1][1] >= lo - 1:
+            i -= 1
+        j = bisect_left(mine, [hi + 2, hi + 2], i)  # the ranges before j start at most at hi + 1
+        merged: list[list[int]] = []
+        a, b = i, 0
+        while a < j or b < len(ranges):
+            if b >= len(ranges) or (a < j and mine[a][0] <= ranges[b][0]):
+                first, last = mine[a]
+                a += 1
+            else:
+                first, last = ranges[b]
+                b += 1
+            if merged and first <= merged[-1][1] + 1:
+                if last > merged[-1][1]:
+                    merged[-1][1] = last
+            else:
+                merged.append([first, last])
+        mine[i:j] = merged
+
     def __len__(self) -> int:
         return sum(b - a + 1 for a, b in self.ranges)
 
@@ -66,3 +94,20 @@ class RangeSet:
 
     def as_list(self) -> list[list[int]]:
         return [list(r) for r in self.ranges]
+
+
+def runs(values) -> list[tuple[int, int]]:
+    """The maximal runs of consecutive integers in ``values`` (any order, duplicates allowed), sorted."""
+    out: list[tuple[int, int]] = []
+    first = last = None
+    for v in sorted(values):
+        if last is not None and v <= last + 1:
+            if v > last:
+                last = v
+            continue
+        if last is not None:
+            out.append((first, last))
+        first = last = v
+    if last is not None:
+        out.append((first, last))
+    return out

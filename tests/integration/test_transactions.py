@@ -273,9 +273,12 @@ def test_open_transaction_survives_a_broker_restart(tmp_path, how):
         broker.stop()
 
 
-def consume_transform_produce(bootstrap, source, sink, group, txn_id, rounds, abort_rounds=(), timeout=60):
-    """A confluent-kafka read-process-write loop: each round consumes what is there, writes it upper-cased to
-    ``sink`` and commits the consumed offsets in the same transaction (aborted in ``abort_rounds``)."""
+def consume_transform_produce(bootstrap, source, sink, group, txn_id, rounds, abort_rounds=(), timeout=60,
+                              expect=30):
+    """A confluent-kafka read-process-write loop: each round consumes ``expect`` messages (one consume call may
+    return one partition's messages before the others' are fetched: the CI of 4fbe610 committed one partition's
+    offset of three), writes them upper-cased to ``sink`` and commits the consumed offsets in the same
+    transaction (aborted in ``abort_rounds``)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.subscribe([source])
@@ -284,8 +287,9 @@ def consume_transform_produce(bootstrap, source, sink, group, txn_id, rounds, ab
     try:
         for r in range(rounds):
             msgs, deadline = [], time.time() + timeout
-            while not msgs and time.time() < deadline:
-                msgs = [m for m in consumer.consume(100, 1.0) if not m.error()]
+            while len(msgs) < expect and time.time() < deadline:
+                msgs += [m for m in consumer.consume(100, 1.0) if not m.error()]
+            assert len(msgs) == expect, f"consumed {len(msgs)} of {expect} messages"
             producer.begin_transaction()
             for m in msgs:
                 producer.produce(sink, value=m.value().upper(), partition=m.partition())

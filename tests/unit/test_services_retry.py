@@ -12,39 +12,11 @@ from confluent_kafka import KafkaError, KafkaException
 
 from audit.counter import TierCounter
 from logbus.retry import Backoff
+from fake_messages import FakeMessage
 from mirror.mirror import Mirror
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 NOWHERE = "127.0.0.1:9"  # the discard port: clients are created, never used against it
-
-
-class FakeMessage:
-    def __init__(self, topic, partition, offset, error=None):
-        self._t, self._p, self._o, self._e = topic, partition, offset, error
-
-    def error(self):
-        return self._e
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def headers(self):
-        return []
-
-    def key(self):
-        return b"k"
-
-    def value(self):
-        return b"v"
-
-    def timestamp(self):
-        return (1, 1000)
 
 
 class FakeTP:
