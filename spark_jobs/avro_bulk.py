@@ -102,7 +102,8 @@ def decode(r: Records, fields: list[tuple[str, str, int]], arrow_fields) -> dict
             p = p + width
         else:  # string, bytes
             length, p = varint(buf, p, 10)
-            if (length < 0).any() or (p + length > (end if idx is None else end[idx])).any():
+            if (length < 0).any() or (length > (end if idx is None else end[idx]) - p).any():  # no p + length:
+                # a length near 2**63 would wrap
                 return None
             try:
                 column = (string_array(buf, p, length) if kind == "string" else binary_array(buf, p, length))

@@ -111,14 +111,17 @@ def in_range(r: Records, start: int, until: int) -> Records:
 
 def _gather(buf: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, bytes) of the byte strings at pos/length (length < 0: empty, null by the caller)."""
+    lens = np.maximum(length, 0)
+    if len(pos) and ((pos < 0) | (lens > len(buf) - pos)).any():  # no pos + length: it could wrap
+        raise ValueError("a byte string lies outside the buffer")
     if kernels.ENABLED and len(pos):
-        total = int(np.maximum(length, 0).sum())
+        total = int(lens.sum())
         if total >= 2**31:
             raise ValueError("more than 2 GiB of bytes in one column chunk")
         offsets, data = np.empty(len(pos) + 1, dtype=I64), np.empty(total, dtype=np.uint8)
-        kernels.gather(buf, pos.astype(I64, copy=False), length.astype(I64, copy=False), offsets, data)
+        if not kernels.gather(buf, pos.astype(I64, copy=False), length.astype(I64, copy=False), offsets, data):
+            raise ValueError("a byte string lies outside the buffer")
         return offsets.astype(np.int32), data
-    lens = np.maximum(length, 0)
     offsets = np.zeros(len(lens) + 1, dtype=I64)
     np.cumsum(lens, out=offsets[1:])
     total = int(offsets[-1])

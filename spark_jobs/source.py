@@ -1,8 +1,9 @@
 """``spark.read.format("logbus")``: a PySpark Python Data Source that reads offset ranges [from, until) per
 partition straight from the brokers (paper §4: the load job reads the brokers through a special input format).
 
-Options follow Spark's own Kafka source: ``bootstrap.servers`` (or ``kafka.bootstrap.servers``), ``subscribe``
-(comma list) or ``subscribePattern`` (regex), ``startingOffsets`` / ``endingOffsets`` as ``earliest`` /
+Options follow Spark's own Kafka source: ``bootstrap.servers`` (or ``kafka.bootstrap.servers``), ``assign``
+(JSON ``{"topic": [0, 1]}``: these partitions only), ``subscribe`` (comma list) or ``subscribePattern`` (regex),
+``startingOffsets`` / ``endingOffsets`` as ``earliest`` /
 ``latest`` or JSON ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest), ``maxRecordsPerPartition``
 (split larger ranges into several Spark partitions, default 1,000,000) and ``includeHeaders`` (default true).
 Any other option starting with ``kafka.`` is passed to the consumer without its prefix.
@@ -69,7 +70,7 @@ class Range(InputPartition):
         self.topic, self.partition, self.start, self.until = topic, partition, start, until
 
 
-OPTION_NAMES = ("bootstrap.servers", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
+OPTION_NAMES = ("bootstrap.servers", "assign", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
                 "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix", "fetcher", "valueFormat", "valueSchema",
                 "schema.registry.url", "schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
                 "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location")
@@ -112,7 +113,20 @@ def plan_ranges(options: dict, watermarks) -> list[tuple[str, int, int, int]]:
     """Resolve the options into (topic, partition, from, until); ``watermarks(topic, partition)`` gives
     (low, high) and ``topics()`` the cluster's {topic: partitions} (both injected for testing)."""
     topics_md = watermarks.topics()
-    if options.get("subscribe"):
+    if sum(1 for k in ("assign", "subscribe", "subscribePattern") if options.get(k)) > 1:
+        raise SourceError("only one of the options assign, subscribe or subscribePattern can be given")
+    chosen: dict[str, list[int]] | None = None  # assign: these partitions only
+    if options.get("assign"):
+        try:
+            chosen = {str(t): sorted({int(p) for p in ps}) for t, ps in json.loads(options["assign"]).items()}
+        except (ValueError, AttributeError, TypeError):
+            raise SourceError(f"assign must be JSON like {{\"topic\": [0, 1]}}, got {options['assign']!r}") from None
+        wanted = sorted(chosen)
+        for t in wanted:
+            unknown = [p for p in chosen[t] if t not in topics_md or p not in topics_md[t]]
+            if unknown:
+                raise SourceError(f"unknown topic partition {t}[{unknown[0]}]")
+    elif options.get("subscribe"):
         wanted = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
         missing = [t for t in wanted if t not in topics_md]
         if missing:
@@ -121,12 +135,12 @@ def plan_ranges(options: dict, watermarks) -> list[tuple[str, int, int, int]]:
         pattern = re.compile(options["subscribePattern"])
         wanted = sorted(t for t in topics_md if pattern.fullmatch(t))
     else:
-        raise SourceError("one of the options subscribe or subscribePattern is required")
+        raise SourceError("one of the options assign, subscribe or subscribePattern is required")
     start_default, starts = parse_offsets(options.get("startingOffsets"), EARLIEST, "startingOffsets")
     end_default, ends = parse_offsets(options.get("endingOffsets"), LATEST, "endingOffsets")
     out = []
     for topic in wanted:
-        for p in sorted(topics_md[topic]):
+        for p in chosen[topic] if chosen is not None else sorted(topics_md[topic]):
             low, high = watermarks(topic, p)
             start = starts.get(topic, {}).get(p, start_default)
             until = ends.get(topic, {}).get(p, end_default)

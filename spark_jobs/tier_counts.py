@@ -7,7 +7,9 @@ the window is ``_generated - _generated % window_ms`` with Java's remainder (wha
 
 The source's ``read()`` (:mod:`spark_jobs.source`) feeds every Arrow batch it yields to a :class:`RangeCounts`
 and, once its range is read to the end, adds the result to a Spark accumulator keyed by that range:
-``{(topic, partition, start, until): {(producer, window): (count, firsts, lasts)}}``. A task that Spark runs
+``{(topic, partition, start, until): {(producer, window): (count, sequences)}}``, the sequences as runs or as
+a bitmap, whichever is smaller (a producer's sequences spread over partitions are one run per row in one
+partition's range; a bitmap takes a few bits a row, so the driver's memory follows the sequences' span). A task that Spark runs
 again (a retry, a speculative copy, the rare re-read for the quarantine) adds the same value under the same
 key, so nothing is counted twice; a task that fails adds nothing. The driver checks that the keys cover the
 planned ranges exactly and merges them (:func:`events`). No second pass over the data and no shuffle: the
@@ -20,7 +22,9 @@ import numpy as np
 
 from pyspark.accumulators import AccumulatorParam
 
-Partial = dict  # {(producer, window_start): (count, firsts ndarray, lasts ndarray)}
+Partial = dict  # {(producer, window_start): (count, Seqs)}
+# Seqs, whichever is smaller: ("runs", firsts ndarray, lasts ndarray) or ("bits", lowest, span, packed bitmap)
+MAX_SPAN = 1 << 26  # the driver unions a group's sequences in a bitmap up to this span (8 MiB of bits as bytes)
 
 
 class ByRange(AccumulatorParam):
@@ -86,8 +90,67 @@ class RangeCounts:
         names = list(self.names)
         out: Partial = {}
         for a, b in zip(bounds[:-1], bounds[1:]):
-            out[(names[int(codes[a])], int(windows[a]))] = (int(b - a), *islands(seqs[a:b]))
+            out[(names[int(codes[a])], int(windows[a]))] = (int(b - a), encoded(seqs[a:b]))
         return out
+
+
+def encoded(seqs: np.ndarray) -> tuple:
+    """A group's sorted sequence numbers as runs or as a bitmap, whichever is smaller: a producer's sequences
+    spread over partitions leave every other one missing in one partition's range, one run per row (16 bytes a
+    row to the driver), where a bitmap takes a few bits a row."""
+    firsts, lasts = islands(seqs)
+    span = int(seqs[-1]) - int(seqs[0]) + 1
+    if span // 8 + 16 < 16 * len(firsts) and span <= MAX_SPAN:
+        bits = np.zeros(span, dtype=bool)
+        bits[seqs - seqs[0]] = True
+        return ("bits", int(seqs[0]), span, np.packbits(bits))
+    return ("runs", firsts, lasts)
+
+
+def _as_runs(seqs: tuple) -> tuple[np.ndarray, np.ndarray]:
+    if seqs[0] == "runs":
+        return seqs[1], seqs[2]
+    _, lowest, span, packed = seqs
+    return islands(np.flatnonzero(np.unpackbits(packed, count=span)).astype(np.int64) + lowest)
+
+
+def union(parts: list[tuple]) -> list[list[int]]:
+    """The union of several groups' Seqs as maximal ranges [[first, last], ...], sorted: in one bitmap over their
+    span when it is at most ``MAX_SPAN``, else by merging runs."""
+    ends = [(s[1], s[1] + s[2] - 1) if s[0] == "bits" else (int(s[1][0]), int(s[2].max())) for s in parts]
+    lowest, highest = min(a for a, _ in ends), max(b for _, b in ends)
+    if highest - lowest + 1 > MAX_SPAN:
+        return merged([_as_runs(s) for s in parts])
+    span = highest - lowest + 1
+    have = np.zeros(span, dtype=bool)
+    edges = np.zeros(span + 1, dtype=np.int64)
+    for s in parts:
+        if s[0] == "bits":
+            at = s[1] - lowest
+            have[at:at + s[2]] |= np.unpackbits(s[3], count=s[2]).astype(bool)
+        else:
+            np.add.at(edges, s[1] - lowest, 1)
+            np.add.at(edges, s[2] - lowest + 1, -1)
+    have |= np.cumsum(edges[:-1]) > 0
+    firsts, lasts = islands(np.flatnonzero(have).astype(np.int64) + lowest)
+    return [[int(a), int(b)] for a, b in zip(firsts, lasts)]
+
+
+def same(a: dict, b: dict) -> bool:
+    """Whether two accumulator values hold the same partial counts for the same ranges."""
+    if a.keys() != b.keys():
+        return False
+    for key, partial in a.items():
+        other = b[key]
+        if partial.keys() != other.keys():
+            return False
+        for group, (n, seqs) in partial.items():
+            m, theirs = other[group]
+            if n != m or seqs[0] != theirs[0] or len(seqs) != len(theirs):
+                return False
+            if not all(np.array_equal(x, y) for x, y in zip(seqs[1:], theirs[1:])):
+                return False
+    return True
 
 
 def merged(parts: list[tuple[np.ndarray, np.ndarray]]) -> list[list[int]]:
@@ -133,10 +196,10 @@ def events(value: dict, topic: str, ranges: dict[str, list[int]], window_ms: int
     for key, partial in value.items():
         if key[0] != topic:
             continue
-        for group, (n, firsts, lasts) in partial.items():
+        for group, (n, seqs) in partial.items():
             g = groups.setdefault(group, [0, []])
             g[0] += n
-            g[1].append((firsts, lasts))
+            g[1].append(seqs)
     return [{"topic": topic, "producer_id": pid, "window_start": start, "window_end": start + window_ms,
-             "count": n, "sequences": merged(parts)}
+             "count": n, "sequences": union(parts)}
             for (pid, start), (n, parts) in sorted(groups.items())]

@@ -38,14 +38,14 @@ class Traffic:
                                          "audit.window.ms": 1000, "linger.ms": 5})
         self.sent: list[dict] = []
 
-    def send(self, count: int) -> None:
+    def send(self, count: int, partition: int = -1) -> None:
         topic = self.topic
         for _ in range(count):
             i = len(self.sent)
             record = {"member": i, "url": f"/jobs/{i % 13}", "referrer": None if i % 3 else f"r{i}",
                       "tags": [f"t{i % 4}"] * (i % 3)}
             value = self.serializer(record, SerializationContext(topic, MessageField.VALUE))
-            self.producer.produce(topic, value, key=str(i).encode())
+            self.producer.produce(topic, value, key=str(i).encode(), partition=partition)
             self.sent.append(record)
         assert self.producer.flush(30) == 0
 
@@ -145,6 +145,29 @@ def test_load_writes_the_records_advances_the_ledger_and_quarantines(broker, reg
     assert json.loads((tmp_path / "warehouse" / "_ledger.json").read_text())["load_id"] == 2
     out = run_load(config)
     assert out.returncode == 0 and "nothing new to load" in out.stdout
+
+
+def test_a_partition_with_nothing_new_is_not_loaded_again(broker, registry, tmp_path):
+    """Three partitions, then new records in one of them only: the second load reads that partition's new records
+    and nothing of the other two (they are not in its plan; read as a subscribed topic's unnamed partitions they
+    were loaded again from their start)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    reg = registry(broker.bootstrap)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic("views3", 3, 1)])["views3"].result(30)
+    traffic = Traffic(broker, reg, "views3")
+    traffic.send(300)
+    config = load_config(tmp_path, broker, reg, "views3")
+    out = run_load(config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "load 1: published views3: 300 rows, 0 quarantined" in out.stdout
+    traffic.send(40, partition=1)
+    out = run_load(config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "load 2: views3[1] " in out.stdout and "views3[0]" not in out.stdout.split("load 2:")[1], out.stdout
+    assert "load 2: published views3: 40 rows, 0 quarantined" in out.stdout
+    check_exactly_once(tmp_path, traffic)
 
 
 def test_a_load_killed_anywhere_and_rerun_publishes_exactly_once(broker, registry, tmp_path):

@@ -240,3 +240,30 @@ def test_compiled_parse_equals_numpy_on_damaged_sections(seed, monkeypatch):
             body += rng.randbytes(rng.randint(1, 3))
     damaged = [(h, bytes(body))]
     assert _outcome(damaged, True, monkeypatch) == _outcome(damaged, False, monkeypatch)
+
+
+def _zigzag(n: int) -> bytes:
+    raw = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def test_string_lengths_near_2_63_are_declined_not_copied(jit):
+    """A body claiming a string of ~2**62 bytes (two of them wrap a sum of lengths to a small number): the
+    column-wise decode declines the chunk (fastavro then quarantines the records), nothing reads past the
+    buffer; and a gather outside the buffer is a ValueError, never a copy."""
+    import numpy as np
+
+    rng = random.Random(9)
+    good = [_wire(_avro(rng)) for _ in range(3)]
+    huge = b"\x00" + struct.pack(">I", 7) + _zigzag(5) + _zigzag(2**62) + b"abc"
+    r = _records_of_values(good + [huge, huge] + good)
+    assert avro_bulk.decode(r, avro_bulk.plan(SCHEMA), _arrow_fields()) is None
+    buf = np.zeros(32, dtype=np.uint8)
+    for pos, length in (([0, 4], [2**62, 2**62]), ([30], [5]), ([-1], [2])):
+        with pytest.raises(ValueError, match="outside the buffer"):
+            columnar.binary_array(buf, np.array(pos, dtype=np.int64), np.array(length, dtype=np.int64))

@@ -28,8 +28,16 @@ def test_plan_ranges_resolves_earliest_latest_json_and_patterns():
     assert plan_ranges({"subscribePattern": "p.|clicks", "startingOffsets": "latest"}, cluster) == []
     assert plan_ranges({"subscribe": "pv", "endingOffsets": '{"pv": {"0": 4, "1": -2}}'}, cluster) == [
         ("pv", 0, 0, 4)]
+    # assign: the named partitions only (the load names what it planned; a subscribed topic's unnamed partitions
+    # would be read from earliest to latest)
+    assert plan_ranges({"assign": '{"pv": [1]}', "startingOffsets": '{"pv": {"1": 7}}',
+                        "endingOffsets": '{"pv": {"1": 9}}'}, cluster) == [("pv", 1, 7, 9)]
     for options, message in (({"subscribe": "nope"}, "unknown topic 'nope'"),
-                             ({}, "subscribe or subscribePattern"),
+                             ({}, "assign, subscribe or subscribePattern"),
+                             ({"assign": '{"pv": [2]}'}, r"unknown topic partition pv\[2\]"),
+                             ({"assign": '{"nope": [0]}'}, r"unknown topic partition nope\[0\]"),
+                             ({"assign": '["pv"]'}, "assign must be JSON"),
+                             ({"assign": '{"pv": [0]}', "subscribe": "pv"}, "only one of the options"),
                              ({"subscribe": "pv", "startingOffsets": '{"pv": {"1": 2}}'}, r"outside the log"),
                              ({"subscribe": "pv", "startingOffsets": "soon"}, "startingOffsets must be")):
         with pytest.raises(SourceError, match=message):

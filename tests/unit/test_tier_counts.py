@@ -61,8 +61,10 @@ def batch(rows: list[dict]) -> pa.RecordBatch:
                           ("_error", pa.string())]))
 
 
+@pytest.mark.parametrize("max_span", [tier_counts.MAX_SPAN, 40])
 @pytest.mark.parametrize("seed", range(25))
-def test_counts_of_any_split_equal_the_reference(seed):
+def test_counts_of_any_split_equal_the_reference(seed, max_span, monkeypatch):
+    monkeypatch.setattr(tier_counts, "MAX_SPAN", max_span)  # 40: the driver's union falls back to merging runs
     rng = random.Random(seed)
     partitions = {p: rows_of(rng, rng.randrange(0, 400)) for p in range(rng.randrange(1, 4))}
     acc = tier_counts.ByRange()
@@ -108,3 +110,30 @@ def test_merged_runs_join_adjacent_and_overlapping_ranges():
 
     parts = [(np.array([1, 10]), np.array([3, 12])), (np.array([4, 11, 20]), np.array([5, 15, 20]))]
     assert tier_counts.merged(parts) == [[1, 5], [10, 15], [20, 20]]
+
+
+def test_same_compares_every_partial():
+    import numpy as np
+
+    def runs(n, first, last):
+        return n, ("runs", np.array([first]), np.array([last]))
+
+    a = {("t", 0, 0, 5): {("p", 0): runs(2, 1, 2)}}
+    assert tier_counts.same(a, {("t", 0, 0, 5): {("p", 0): runs(2, 1, 2)}})
+    for other in ({("t", 0, 0, 5): {("p", 0): runs(1, 1, 2)}}, {("t", 0, 0, 5): {("p", 0): runs(2, 1, 3)}},
+                  {("t", 0, 0, 5): {("q", 0): runs(2, 1, 2)}}, {},
+                  {("t", 0, 0, 5): {("p", 0): (2, ("bits", 1, 2, np.packbits([True, True])))}}):
+        assert not tier_counts.same(a, other)
+
+
+def test_a_partition_share_of_sequences_travels_as_a_bitmap():
+    """Every third sequence number (one partition of three): runs would be one per row, the bitmap a few bits a
+    row; the union of the three partitions' bitmaps is one run."""
+    import numpy as np
+
+    parts = [tier_counts.encoded(np.arange(p, 30000, 3, dtype=np.int64)) for p in range(3)]
+    assert all(s[0] == "bits" and s[3].nbytes == 3750 for s in parts)  # runs: 10,000 x 16 bytes each
+    assert tier_counts.union(parts) == [[0, 29999]]
+    assert tier_counts.encoded(np.array([5, 6, 7, 1000], dtype=np.int64))[0] == "runs"
+    mixed = [parts[0], tier_counts.encoded(np.array([1, 2, 40000], dtype=np.int64))]
+    assert tier_counts.union(mixed) == [[0, 3]] + [[k, k] for k in range(6, 30000, 3)] + [[40000, 40000]]

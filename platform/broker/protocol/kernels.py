@@ -514,15 +514,21 @@ def _locate_headers(data, headers_at, header_count, offsets, located, names, nam
 
 def _gather(buf, pos, length, offsets, out):
     """The byte strings at ``pos``/``length`` (< 0: empty) one after the other into ``out``; ``offsets`` gets
-    their starts (and the total at the end)."""
+    their starts (and the total at the end). False, with nothing copied past either buffer, when a string lies
+    outside ``buf`` or does not fit ``out``."""
     at = 0
+    size, room = len(buf), len(out)
     for i in range(len(pos)):
         offsets[i] = at
         n = length[i]
         if n > 0:
-            _memcpy(out, at, buf, pos[i], n)
+            start = pos[i]
+            if start < 0 or n > size - start or n > room - at:
+                return False
+            _memcpy(out, at, buf, start, n)
             at += n
     offsets[len(pos)] = at
+    return True
 
 
 def _decimals(buf, pos, length, values, plain):
