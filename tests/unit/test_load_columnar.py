@@ -243,13 +243,9 @@ def test_compiled_parse_equals_numpy_on_damaged_sections(seed, monkeypatch):
 
 
 def _zigzag(n: int) -> bytes:
-    raw = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    from fuzzing import uvarint
+
+    return uvarint((n << 1) ^ (n >> 63))
 
 
 def test_string_lengths_near_2_63_are_declined_not_copied(jit):
