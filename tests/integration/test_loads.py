@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 from audit import AuditedProducer
+from audit.ranges import runs
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -96,14 +97,8 @@ def counts_of(rows: list[dict], topic: str, window_ms: int) -> list[dict]:
             entry[1].add(r["_seq"])
     out = []
     for (pid, start), (n, seqs) in sorted(groups.items()):
-        runs: list[list[int]] = []
-        for s in sorted(seqs):
-            if runs and s == runs[-1][1] + 1:
-                runs[-1][1] = s
-            else:
-                runs.append([s, s])
         out.append({"topic": topic, "producer_id": pid, "window_start": start, "window_end": start + window_ms,
-                    "count": n, "sequences": runs})
+                    "count": n, "sequences": [list(r) for r in runs(seqs)]})
     return out
 
 

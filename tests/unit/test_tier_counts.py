@@ -10,6 +10,7 @@ import random
 
 import pyarrow as pa
 import pytest
+from audit.ranges import runs
 from spark_jobs import tier_counts
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -28,14 +29,8 @@ def reference(rows: list[dict], topic: str) -> list[dict]:
         entry[1].add(r["_seq"])
     out = []
     for (pid, start), (n, seqs) in sorted(groups.items()):
-        runs: list[list[int]] = []
-        for s in sorted(seqs):
-            if runs and s == runs[-1][1] + 1:
-                runs[-1][1] = s
-            else:
-                runs.append([s, s])
         out.append({"topic": topic, "producer_id": pid, "window_start": start, "window_end": start + WINDOW,
-                    "count": n, "sequences": runs})
+                    "count": n, "sequences": [list(r) for r in runs(seqs)]})
     return out
 
 
@@ -115,13 +110,13 @@ def test_merged_runs_join_adjacent_and_overlapping_ranges():
 def test_same_compares_every_partial():
     import numpy as np
 
-    def runs(n, first, last):
+    def one_run(n, first, last):
         return n, ("runs", np.array([first]), np.array([last]))
 
-    a = {("t", 0, 0, 5): {("p", 0): runs(2, 1, 2)}}
-    assert tier_counts.same(a, {("t", 0, 0, 5): {("p", 0): runs(2, 1, 2)}})
-    for other in ({("t", 0, 0, 5): {("p", 0): runs(1, 1, 2)}}, {("t", 0, 0, 5): {("p", 0): runs(2, 1, 3)}},
-                  {("t", 0, 0, 5): {("q", 0): runs(2, 1, 2)}}, {},
+    a = {("t", 0, 0, 5): {("p", 0): one_run(2, 1, 2)}}
+    assert tier_counts.same(a, {("t", 0, 0, 5): {("p", 0): one_run(2, 1, 2)}})
+    for other in ({("t", 0, 0, 5): {("p", 0): one_run(1, 1, 2)}}, {("t", 0, 0, 5): {("p", 0): one_run(2, 1, 3)}},
+                  {("t", 0, 0, 5): {("q", 0): one_run(2, 1, 2)}}, {},
                   {("t", 0, 0, 5): {("p", 0): (2, ("bits", 1, 2, np.packbits([True, True])))}}):
         assert not tier_counts.same(a, other)
 
