@@ -4,8 +4,9 @@ judges each live tier against its own producers, the offline tier against their 
 (``offline/<source>``). Then one live datacenter's whole broker set is killed for a while: the other keeps
 flowing (its windows closed during the outage complete at live and offline), and after ``logbus up`` brings the
 brokers back, the returning datacenter's windows catch up to 100%. A load through Airflow reconciles the warehouse
-against the sum of both sources; the DAG runs in Airflow's PostgreSQL are still there after ``logbus down`` and
-``logbus up``. ``logbus down`` leaves no process behind."""
+against the sum of both sources. ``logbus down`` leaves no process behind. (Airflow's runs kept in PostgreSQL across a
+restart of both are tested in test_airflow_postgres.py, beside the topology: a ``logbus down`` and ``up`` of this
+topology's 30 services here cost minutes of the suite on two cores.)"""
 
 from __future__ import annotations
 
@@ -162,21 +163,6 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
                 summed += 1
         assert summed >= 2, "no window with both sources was reconciled in the warehouse"
         assert any(r["window_start"] > killed_at for r in closed)
-
-        # Airflow's metadata lives in PostgreSQL and survives `logbus down` / `logbus up`
-        def runs(token: str) -> dict[str, str]:
-            got = requests.get(f"{airflow}/api/v2/dags/logbus_load/dagRuns",
-                               headers={"Authorization": f"Bearer {token}"}, timeout=60).json()["dag_runs"]
-            return {r["dag_run_id"]: r["state"] for r in got}
-
-        before = runs(airflow_token(airflow, password))
-        assert "success" in before.values(), before
-        out = logbus("down", "--state-dir", str(state), timeout=300)
-        assert out.returncode == 0, out.stderr
-        out = logbus("up", "--state-dir", str(state), timeout=900)
-        assert out.returncode == 0, out.stdout + out.stderr
-        after = runs(airflow_token(airflow, password))
-        assert {k: v for k, v in after.items() if k in before} == before, (before, after)
     finally:
         out = logbus("down", "--state-dir", str(state), timeout=300)
         left = leftovers(Path(state).resolve())
