@@ -7,8 +7,14 @@ process of the topology (found by the LOGBUS_TOPOLOGY_STATE marker in its enviro
 frontends and samples again ("idle": brokers, ZooKeeper, mirror, counters, registry, audit service and Airflow
 running, no traffic). Finally ``logbus down``.
 
+``--test-settings`` applies what the whole-topology tests set (tests/topology_checks.py ``SMALL_WINDOWS``: 4 s
+audit windows, 1 s emit interval, no scheduled load) and ``--demo-rate`` the frontends' events a second; the
+brokers' requests a second by API (their metrics endpoints) are reported too.
+
 Usage: .venv/bin/python bench/topology_resources.py [--seconds 60] [--settle 30] [--topology FILE]
-Results: bench/results/topology_resources.{json,md} (default topology) or topology_resources_<topology name>.*
+           [--test-settings] [--demo-rate N]
+Results: bench/results/topology_resources.{json,md} (default topology) or topology_resources_<topology name>.*,
+with ``_tests`` and ``_rate<N>`` appended for those options; a bar plot of CPU by service kind (.png).
 """
 
 from __future__ import annotations
@@ -41,6 +47,26 @@ def kind_of(proc: psutil.Process, pid_kinds: dict[int, str]) -> str:
     return "other"
 
 
+def broker_requests(state: Path) -> dict[str, float]:
+    """Requests handled so far by API, summed over the topology's brokers (their Prometheus endpoints)."""
+    import re
+    import urllib.request
+
+    out: dict[str, float] = defaultdict(float)
+    for props in state.glob("*broker*/server.properties"):
+        url = next((line.split("=", 1)[1].strip() for line in props.read_text().splitlines()
+                    if line.startswith("metrics.listener=")), None)
+        if not url:
+            continue
+        try:
+            text = urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=10).read().decode()
+        except OSError:
+            continue
+        for m in re.finditer(r'requests_total\{request="(\w+)"\} (\S+)', text):
+            out[m.group(1)] += float(m.group(2))
+    return dict(out)
+
+
 def sample(state: Path, seconds: float, kinds: dict[str, str]) -> dict:
     """``kinds``: service name -> the kind it is counted under."""
     pid_kinds = {}
@@ -55,6 +81,7 @@ def sample(state: Path, seconds: float, kinds: dict[str, str]) -> dict:
             cpu0[pid] = t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             pass
+    requests0 = broker_requests(state)
     start = time.monotonic()
     machine0 = psutil.cpu_times()
     rss_samples = []
@@ -72,6 +99,9 @@ def sample(state: Path, seconds: float, kinds: dict[str, str]) -> dict:
         time.sleep(2)
     wall = time.monotonic() - start
     machine1 = psutil.cpu_times()
+    requests1 = broker_requests(state)
+    rates = {k: round((v - requests0.get(k, 0.0)) / wall, 1) for k, v in sorted(requests1.items())
+             if v > requests0.get(k, 0.0)}
     busy = sum(getattr(machine1, f) - getattr(machine0, f) for f in ("user", "system", "nice", "irq", "softirq"))
     cpu = defaultdict(float)
     for pid, p in procs.items():
@@ -88,7 +118,8 @@ def sample(state: Path, seconds: float, kinds: dict[str, str]) -> dict:
             "rss_mb_by_kind_at_peak": {k: round(v / 2**20) for k, v in sorted(peak[1].items())},
             "cpu_percent_of_one_core": round(100 * sum(cpu.values()) / wall, 1),
             "machine_cpu_percent_of_one_core": round(100 * busy / wall, 1),
-            "cpu_percent_by_kind": {k: round(100 * v / wall, 1) for k, v in sorted(cpu.items())}}
+            "cpu_percent_by_kind": {k: round(100 * v / wall, 1) for k, v in sorted(cpu.items())},
+            "broker_requests_per_s": rates}
 
 
 def main() -> int:
@@ -97,11 +128,26 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=30)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--topology", help="topology JSON (default topology/default.json)")
+    parser.add_argument("--test-settings", action="store_true",
+                        help="the whole-topology tests' settings (tests/topology_checks.py SMALL_WINDOWS)")
+    parser.add_argument("--demo-rate", type=float, help="events a second per demo frontend")
     args = parser.parse_args()
     from logbus.topology import load, services
 
     topo = load(args.topology)
     stem = "topology_resources" if not args.topology else f"topology_resources_{topo.get('name', 'topology')}"
+    if args.test_settings or args.demo_rate:
+        if args.test_settings:
+            sys.path.insert(0, str(REPO / "tests"))
+            from topology_checks import SMALL_WINDOWS
+
+            topo.update(json.loads(json.dumps(SMALL_WINDOWS)))
+            stem += "_tests"
+        if args.demo_rate:
+            topo["demo"] = {**topo.get("demo", {}), "rate": args.demo_rate}
+            stem += f"_rate{args.demo_rate:g}"
+        args.topology = str(Path(tempfile.mkdtemp(prefix="logbus-topology-file-")) / "topology.json")
+        Path(args.topology).write_text(json.dumps(topo))
     env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
     logbus = [sys.executable, "-m", "logbus.cli"]
     results: dict = {"command": "python bench/topology_resources.py " + " ".join(sys.argv[1:]),
@@ -152,9 +198,35 @@ def main() -> int:
         lines += ["", f"{phase.replace('_', ' ')} by service kind: RSS MB at peak "
                   + ", ".join(f"{k} {v}" for k, v in r["rss_mb_by_kind_at_peak"].items())
                   + "; CPU % " + ", ".join(f"{k} {v}" for k, v in r["cpu_percent_by_kind"].items()) + "."]
+        if r.get("broker_requests_per_s"):
+            lines += ["", f"{phase.replace('_', ' ')}: requests a second, all brokers: "
+                      + ", ".join(f"{k} {v}" for k, v in r["broker_requests_per_s"].items()) + "."]
+    lines += ["", f"Plot: `{stem}.png` (CPU by service kind, both phases)."]
     (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    plot(results, out_dir / f"{stem}.png", stem)
     print("\n".join(lines))
     return 0
+
+
+def plot(results: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = sorted(set(results["demo_load"]["cpu_percent_by_kind"]) | set(results["idle"]["cpu_percent_by_kind"]))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.4
+    for i, phase in enumerate(("demo_load", "idle")):
+        values = [results[phase]["cpu_percent_by_kind"].get(k, 0.0) for k in kinds]
+        ax.bar([x + (i - 0.5) * width for x in range(len(kinds))], values, width, label=phase.replace("_", " "))
+    ax.set_xticks(range(len(kinds)), kinds, rotation=40, ha="right")
+    ax.set_ylabel("CPU, % of one core")
+    ax.set_title(f"{title}: CPU by service kind")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
