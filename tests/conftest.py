@@ -7,8 +7,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # The JVMs the tests start (Spark drivers, masters, workers and executors, ZooKeeper) live for seconds to minutes:
-# C1 alone compiles what they run at about 70% of the CPU that C1 and C2 take (a small load: 26 CPU-s against 37).
-# Only the tests' JVMs: `logbus up` and the loads run with the JVM's defaults. Set JDK_JAVA_OPTIONS to override.
+# C1 alone compiles what they run for less CPU than C1 and C2 (a small load, measured once: 26 CPU-s against 37).
+# Outside the tests `logbus up` and the loads keep the JVM's defaults (in them they inherit this). Set it to override.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 from support import BrokerProcess, Cluster, RegistryProcess  # noqa: E402
