@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import struct
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
+from benchkit.machine import tree_cpu  # noqa: E402
+from paper_benchmark import produce_requests  # noqa: E402
 from support import BrokerProcess, free_port  # noqa: E402
 
 GAPS_MS = (0.0, 0.1, 1.0, 10.0)
@@ -57,17 +57,6 @@ def python_side() -> list[dict]:
         out.append({"gap_ms": gap_ms, "runs": n, "cpu_us_per_run": round(1e6 * (time.process_time() - c0) / n, 1)})
         print("python", out[-1], flush=True)
     return out
-
-
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, clock ticks of 1/100 s
-
-
-def _produce_requests(metrics: str) -> float:
-    text = urllib.request.urlopen(metrics, timeout=10).read().decode()
-    m = re.search(r'requests_total\{request="Produce"\} (\S+)', text)
-    return float(m.group(1)) if m else 0.0
 
 
 def broker_side(seconds: float) -> list[dict]:
@@ -106,9 +95,9 @@ def broker_side(seconds: float) -> list[dict]:
 
             for rate in RATES:
                 produce(rate, 3)  # settle
-                c0, r0, t0 = _cpu(broker.proc.pid), _produce_requests(metrics), time.monotonic()
+                c0, r0, t0 = tree_cpu(broker.proc.pid), produce_requests(metrics), time.monotonic()
                 sent = produce(rate, seconds)
-                c1, r1, t1 = _cpu(broker.proc.pid), _produce_requests(metrics), time.monotonic()
+                c1, r1, t1 = tree_cpu(broker.proc.pid), produce_requests(metrics), time.monotonic()
                 requests = r1 - r0
                 out.append({"rate": rate or "max", "messages": sent, "requests_per_s": round(requests / (t1 - t0), 1),
                             "broker_cpu_percent": round(100 * (c1 - c0) / (t1 - t0), 1),
