@@ -42,11 +42,16 @@ SIZE = 200
 
 def produce_requests(metrics_url: str) -> int:
     """The broker's count of Produce requests answered (its Prometheus counter)."""
+    return requests_answered(metrics_url, "Produce")
+
+
+def requests_answered(metrics_url: str, api: str) -> int:
+    """The broker's count of ``api`` requests answered (its Prometheus counter; 0 before the first)."""
     import urllib.request
 
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith('kafka_network_requestmetrics_requests_total{request="Produce"}'):
+            if line.startswith(f'kafka_network_requestmetrics_requests_total{{request="{api}"}}'):
                 return int(float(line.rsplit(" ", 1)[1]))
     return 0
 

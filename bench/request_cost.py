@@ -12,7 +12,6 @@ Usage: .venv/bin/python bench/request_cost.py --before <commit> [--messages 2000
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -60,25 +59,7 @@ def measure(workdir: Path, platform_dir: Path, messages: int) -> dict:
 
 
 def main() -> int:
-    args = side_by_side.parser(messages=200_000).parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.report_only:
-        write_report(json.loads((out / "request_cost.json").read_text()), out)
-        return 0
-    if not args.before:
-        sys.exit("request_cost.py: --before is required")
-    before_rev, after_rev = side_by_side.short_rev(args.before), side_by_side.short_rev("HEAD")
-    runs = side_by_side.alternate(before_rev, args.rounds, lambda work, tree: measure(work, tree, args.messages),
-                                  "logbus-request-cost-",
-                                  lambda i, name, result: print(f"round {i} {name:6} {result}", flush=True))
-    results = {"command": "python bench/request_cost.py " + " ".join(sys.argv[1:]), "before": before_rev,
-               "after": f"{after_rev} + working tree", "messages": args.messages, "message_bytes": SIZE,
-               "cpus": os.cpu_count(), "runs": runs}
-    (out / "request_cost.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_report(results, out)
-    print((out / "request_cost.md").read_text())
-    return 0
+    return side_by_side.main("request_cost", 200_000, SIZE, measure, write_report)
 
 
 def med(runs: list[dict], producer: str, key: str) -> float:

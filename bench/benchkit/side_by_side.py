@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -49,3 +52,28 @@ def alternate(before_rev: str, rounds: int, measure: Callable[[Path, Path], dict
         return runs
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def main(name: str, messages: int, message_bytes: int, measure: Callable[[Path, Path, int], dict],
+         write_report: Callable[[dict, Path], None]) -> int:
+    """The command line of a side-by-side benchmark ``bench/<name>.py``: parse the arguments, run
+    ``measure(workdir, platform_dir, messages)`` alternating before and after, write ``<name>.json`` and the
+    report (``--report-only``: the report from the committed json)."""
+    args = parser(messages=messages).parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        write_report(json.loads((out / f"{name}.json").read_text()), out)
+        return 0
+    if not args.before:
+        sys.exit(f"{name}.py: --before is required")
+    before_rev, after_rev = short_rev(args.before), short_rev("HEAD")
+    runs = alternate(before_rev, args.rounds, lambda work, tree: measure(work, tree, args.messages),
+                     f"logbus-{name}-", lambda i, side, result: print(f"round {i} {side:6} {result}", flush=True))
+    results = {"command": f"python bench/{name}.py " + " ".join(sys.argv[1:]), "before": before_rev,
+               "after": f"{after_rev} + working tree", "messages": args.messages, "message_bytes": message_bytes,
+               "cpus": os.cpu_count(), "runs": runs}
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_report(results, out)
+    print((out / f"{name}.md").read_text())
+    return 0

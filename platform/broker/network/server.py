@@ -17,7 +17,8 @@ prefix alone allocates nothing), and frames larger than ``POOL_FREE_BYTES`` rese
 read with the frames before it); the reservation is released once the request has been handled (Kafka's memory
 pool: a connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow
 senders of huge frames cannot starve ordinary clients.
-File regions in a response go out with ``loop.sendfile`` (zero copy) when large enough to be worth it.
+File regions in a response go out with ``sendfile`` (zero copy) when large enough to be worth it: directly while
+the socket takes them, through ``loop.sendfile`` once it is full.
 
 Lifecycle: :meth:`KafkaListener.start` binds the port without accepting (connections are refused), so a broker
 can register its address before it serves; :meth:`~KafkaListener.serve` starts accepting. :meth:`~KafkaListener.stop`
@@ -67,6 +68,23 @@ POOL_FREE_BYTES = 1024 * 1024  # frames up to this size do not reserve from queu
 STREAM_LIMIT = 64 * 1024  # asyncio stops reading a socket once twice this much is buffered
 _SIZE = struct.Struct(">i").unpack_from
 _clock = time.perf_counter
+
+
+def _sendfile_now(sock_fd: int, part) -> int:
+    """Bytes of a file region the socket took at once (``os.sendfile`` until it would block). Only when the
+    transport has nothing buffered, so order is kept; asyncio's ``loop.sendfile`` would first pause reading,
+    wait for an empty buffer and register a writer, which costs more than the send itself when the socket has
+    room (a consumer's or a follower's fetch of a few hundred KB: most of them)."""
+    sent = 0
+    while sent < part.size:
+        try:
+            n = os.sendfile(sock_fd, part.fd, part.position + sent, part.size - sent)
+        except (BlockingIOError, InterruptedError):
+            break
+        if n == 0:  # end of file: the region is no longer there; the caller's fallback finds it short
+            break
+        sent += n
+    return sent
 
 
 async def _more(reader: asyncio.StreamReader) -> bytes:
@@ -354,9 +372,14 @@ class KafkaListener:
                 # runs: a pipelined request arriving meanwhile broke the connection ("SSL connection closed by peer")
                 writer.write(part.read())
             else:
-                await writer.drain()
-                with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
-                    sent = await loop.sendfile(writer.transport, file, part.position, part.size)
-                if sent != part.size:  # the file shrank under us: the frame is now wrong, so drop the link
-                    raise ConnectionError("short sendfile")
+                sent = 0
+                transport = writer.transport
+                if transport.get_write_buffer_size() == 0 and not transport.is_closing():  # nothing queued ahead
+                    sent = _sendfile_now(writer.get_extra_info("socket").fileno(), part)
+                if sent < part.size:  # the socket is full: asyncio's sendfile waits for room and sends the rest
+                    await writer.drain()
+                    with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
+                        rest = await loop.sendfile(writer.transport, file, part.position + sent, part.size - sent)
+                    if rest != part.size - sent:  # the file shrank under us: the frame is now wrong, so drop the link
+                        raise ConnectionError("short sendfile")
         await writer.drain()
