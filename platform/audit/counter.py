@@ -60,8 +60,12 @@ class TierCounter:
         # the tier's security settings (librdkafka's names) serve its audit producer and recovery reads too
         self.security = {k: v for k, v in consumer_config.items() if k.split(".")[0] in ("security", "sasl", "ssl")}
         # read_committed (librdkafka's default, said explicitly): records of aborted transactions (an exactly-once
-        # mirror killed mid-batch) are never counted
-        self.consumer_config = {"isolation.level": "read_committed", **consumer_config,
+        # mirror killed mid-batch) are never counted. Counting is not latency-bound (a window is reconciled after
+        # its grace period), so a fetch waits for 1 MiB or 500 ms instead of returning at every produce: under
+        # light traffic a counter asks each broker twice a second, not once per batch the producers send (each
+        # request that arrives alone costs the broker far more than one of a stream: bench/wake_cost.py).
+        self.consumer_config = {"isolation.level": "read_committed", "client.id": f"logbus-audit-{tier}",
+                                "fetch.min.bytes": 1 << 20, "fetch.wait.max.ms": 500, **consumer_config,
                                 "group.id": f"logbus-audit-{tier}", "enable.auto.commit": False}
         try:
             self.whitelist = re.compile(whitelist)

@@ -124,8 +124,10 @@ class KafkaStore:
                 self._stop.wait(delay)
 
     def _follow(self) -> None:
-        consumer = Consumer({**self._base(), "group.id": "schema-registry",
-                             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 0})
+        # a write shows up at once: the broker answers a waiting fetch as soon as the high watermark passes new
+        # records, so fetch.wait.max.ms only sets how often an idle store asks (librdkafka's default, 500 ms)
+        consumer = Consumer({**self._base(), "group.id": "schema-registry", "client.id": "schema-registry-store",
+                             "enable.auto.commit": False, "fetch.queue.backoff.ms": 0})
         resume = self._read_to + 1 if self._read_to >= 0 else OFFSET_BEGINNING
         consumer.assign([TopicPartition(self.topic, 0, resume)])
         try:
