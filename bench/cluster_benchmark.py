@@ -135,7 +135,7 @@ def main() -> int:
     args = parser.parse_args()
     results: dict = {"command": "python bench/cluster_benchmark.py " + " ".join(sys.argv[1:]),
                      "messages": args.messages, "session_timeout_ms": args.session_timeout_ms,
-               "cpus": os.cpu_count()}
+                     "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="logbus-cluster-bench-") as work:
         c = Cluster(Path(work), 3, zookeeper_session_timeout_ms=args.session_timeout_ms,
                     auto_leader_rebalance_enable="false")

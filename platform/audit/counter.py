@@ -64,8 +64,12 @@ class TierCounter:
         # its grace period), so a fetch waits for 1 MiB or 500 ms instead of returning at every produce: under
         # light traffic a counter asks each broker twice a second, not once per batch the producers send (each
         # request that arrives alone costs the broker far more than one of a stream: bench/wake_cost.py).
+        # The wait is capped by the fetch sizes the config allows (a broker counts at most a partition's share
+        # toward it: a 1 MiB wait with 256 KB partition fetches would stall every fetch for the whole 500 ms).
+        min_bytes = min([1 << 20, *(int(consumer_config[k]) for k in ("max.partition.fetch.bytes", "fetch.max.bytes")
+                                    if k in consumer_config)])
         self.consumer_config = {"isolation.level": "read_committed", "client.id": f"logbus-audit-{tier}",
-                                "fetch.min.bytes": 1 << 20, "fetch.wait.max.ms": 500, **consumer_config,
+                                "fetch.min.bytes": min_bytes, "fetch.wait.max.ms": 500, **consumer_config,
                                 "group.id": f"logbus-audit-{tier}", "enable.auto.commit": False}
         try:
             self.whitelist = re.compile(whitelist)

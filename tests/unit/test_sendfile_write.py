@@ -77,8 +77,28 @@ def test_regions_arrive_whole_and_in_order(segment, monkeypatch, read_delay, sma
                 + b"tail")
     assert received == expected
     assert direct and direct[0][1] == 5 * 1024 * 1024
+    assert direct[0][0] > 0  # the direct path sent part of the region itself (all of it when the socket had room)
     if small_buffers:  # the socket could not take 5 MiB at once: asyncio's sendfile sent the rest
         assert direct[0][0] < direct[0][1]
+
+
+def test_a_region_after_bytes_still_queued_waits_for_them(segment, monkeypatch):
+    """Bytes the transport could not send yet go first: the direct path must not jump ahead of them."""
+    fd, data = segment
+    direct: list[int] = []
+    real = server._sendfile_now
+
+    def counted(sock_fd, part):
+        direct.append(part.size)
+        return real(sock_fd, part)
+
+    monkeypatch.setattr(server, "_sendfile_now", counted)
+    head = os.urandom(3 * 1024 * 1024)  # more than a 32 KB socket takes: most of it stays in the transport's buffer
+    parts = [head, FileRegion(fd, 0, 1024 * 1024), b"tail"]
+    received, errors = asyncio.run(_serve_and_read(parts, 0.3, True))
+    assert not errors
+    assert received == head + data[:1024 * 1024] + b"tail"
+    assert direct == []  # the region went through asyncio's sendfile, after the queued bytes
 
 
 def test_a_region_past_the_end_of_the_file_drops_the_connection(segment):

@@ -350,3 +350,16 @@ def test_counter_recovery_waits_for_the_snapshots_its_last_round_relies_on(monke
     fresh._reset()
     fresh.recover()
     assert fresh.counts[("pv", 0, "p1")]["count"] == 2  # the second round's snapshot: the third is gone
+
+
+def test_counter_fetches_wait_for_bytes_within_what_the_config_lets_a_fetch_carry():
+    """A counter is not latency-bound: its fetches wait for 1 MiB or 500 ms, never for more than one fetch of the
+    configured sizes can bring (it would wait the whole 500 ms every time), and a config's own settings win."""
+    base = {"bootstrap.servers": NOWHERE}
+    default = TierCounter("live", base, "pv", "http://127.0.0.1:9").consumer_config
+    assert (default["fetch.min.bytes"], default["fetch.wait.max.ms"], default["client.id"]) == \
+        (1 << 20, 500, "logbus-audit-live")
+    small = TierCounter("live", {**base, "max.partition.fetch.bytes": "262144"}, "pv", "http://127.0.0.1:9")
+    assert small.consumer_config["fetch.min.bytes"] == 262144
+    own = TierCounter("offline", {**base, "fetch.min.bytes": 1, "client.id": "mine"}, "pv", "http://127.0.0.1:9")
+    assert (own.consumer_config["fetch.min.bytes"], own.consumer_config["client.id"]) == (1, "mine")

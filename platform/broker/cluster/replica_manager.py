@@ -175,7 +175,8 @@ class ReplicaManager:
                 for r in replicas:
                     if r != self.broker_id:
                         part.followers.setdefault(r, FollowerState())
-                part.maybe_advance_high_watermark()
+                if part.maybe_advance_high_watermark():  # a smaller ISR: consumers waiting can read more now
+                    self.broker.notify_append(topic, index)
         else:
             changed = part.is_leader or part.leader_id != state.leader or part.leader_epoch != state.leader_epoch
             part.become_follower(state.leader, state.leader_epoch, state.isr, replicas, state.version,
