@@ -41,6 +41,7 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
+from benchkit import side_by_side  # noqa: E402
 from cluster_benchmark import produce  # noqa: E402
 from paper_benchmark import produce_kcat  # noqa: E402
 from request_cost import start_broker  # noqa: E402
@@ -112,10 +113,6 @@ def main() -> int:
     return 0
 
 
-def _cell(values: list[float], fmt: str) -> str:
-    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
-
-
 def write_report(results: dict, out: Path) -> None:
     runs = results["runs"]
     lines = [
@@ -136,9 +133,9 @@ def write_report(results: dict, out: Path) -> None:
             rs = by_server[name]
             rate = statistics.median(r["msg_s"] for r in rs)
             ratio = f"{rate / mock:.2f}x" if name == "logbus" else ""
-            lines.append(f"| {setting} | {name} | {_cell([r['msg_s'] for r in rs], '{:,.0f}')} | "
-                         f"{_cell([r['server_cpu_s_per_million'] for r in rs], '{:.2f}')} | "
-                         f"{_cell([r['client_cpu_s_per_million'] for r in rs], '{:.2f}')} | {ratio} |")
+            lines.append(f"| {setting} | {name} | {side_by_side.cell([r['msg_s'] for r in rs], '{:,.0f}')} | "
+                         f"{side_by_side.cell([r['server_cpu_s_per_million'] for r in rs], '{:.2f}')} | "
+                         f"{side_by_side.cell([r['client_cpu_s_per_million'] for r in rs], '{:.2f}')} | {ratio} |")
     kcat = {name: statistics.median(r["msg_s"] for r in runs["kcat"][name]) for name in SERVERS}
     mock_cpu = statistics.median(r["server_cpu_s_per_million"] for r in runs["kcat"]["C mock"])
     lines += [

@@ -73,16 +73,7 @@ def write_report(results: dict, out: Path) -> None:
         "| consumer | measure | before | after | after / before |",
         "|---|---|---|---|---|",
     ]
-    for consumer in CONSUMERS:
-        for key, label, fmt in keys:
-            cells = []
-            for name in ("before", "after"):
-                vals = [r[consumer][key] for r in runs[name]]
-                cells.append(f"{fmt.format(statistics.median(vals))} [{fmt.format(min(vals))}–{fmt.format(max(vals))}]")
-            b = statistics.median(r[consumer][key] for r in runs["before"])
-            a = statistics.median(r[consumer][key] for r in runs["after"])
-            lines.append(f"| {consumer} | {label} | {cells[0]} | {cells[1]} | {a / b:.2f}x |" if b else
-                         f"| {consumer} | {label} | {cells[0]} | {cells[1]} | |")
+    lines += side_by_side.table_rows(runs, CONSUMERS, keys)
     lines += ["", "Plot: `fetch_cost.png` (broker CPU µs per fetch and msg/s of every run).", ""]
     (out / "fetch_cost.md").write_text("\n".join(lines))
 

@@ -62,10 +62,6 @@ def main() -> int:
     return side_by_side.main("request_cost", 200_000, SIZE, measure, write_report)
 
 
-def med(runs: list[dict], producer: str, key: str) -> float:
-    return statistics.median(r[producer][key] for r in runs)
-
-
 def write_report(results: dict, out: Path) -> None:
     runs = results["runs"]
     keys = [("msg_per_s", "msg/s", "{:,.0f}"), ("msgs_per_request", "messages per Produce request", "{:.2f}"),
@@ -84,15 +80,7 @@ def write_report(results: dict, out: Path) -> None:
         "| producer | measure | before | after | after / before |",
         "|---|---|---|---|---|",
     ]
-    for producer in PRODUCERS:
-        for key, label, fmt in keys:
-            cells = []
-            for name in ("before", "after"):
-                vals = [r[producer][key] for r in runs[name]]
-                cells.append(f"{fmt.format(statistics.median(vals))} "
-                             f"[{fmt.format(min(vals))}–{fmt.format(max(vals))}]")
-            ratio = med(runs["after"], producer, key) / med(runs["before"], producer, key)
-            lines.append(f"| {producer} | {label} | {cells[0]} | {cells[1]} | {ratio:.2f}x |")
+    lines += side_by_side.table_rows(runs, PRODUCERS, keys)
     lines += ["", "Plot: `request_cost.png` (broker CPU µs per request and msg/s of every run).", ""]
     (out / "request_cost.md").write_text("\n".join(lines))
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,3 +78,21 @@ def main(name: str, messages: int, message_bytes: int, measure: Callable[[Path, 
     write_report(results, out)
     print((out / f"{name}.md").read_text())
     return 0
+
+
+def cell(values: list[float], fmt: str) -> str:
+    """A report's cell: median [min–max] of repeated runs."""
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
+
+
+def table_rows(runs: dict[str, list[dict]], groups, keys) -> list[str]:
+    """Markdown rows ``| group | label | before | after | after / before |`` for every group (a key of each run's
+    result) and every ``(key, label, fmt)`` of ``keys``."""
+    rows = []
+    for group in groups:
+        for key, label, fmt in keys:
+            before, after = ([r[group][key] for r in runs[side]] for side in ("before", "after"))
+            b = statistics.median(before)
+            ratio = f"{statistics.median(after) / b:.2f}x" if b else ""
+            rows.append(f"| {group} | {label} | {cell(before, fmt)} | {cell(after, fmt)} | {ratio} |")
+    return rows

@@ -79,7 +79,7 @@ def _sendfile_now(sock_fd: int, part) -> int:
     while sent < part.size:
         try:
             n = os.sendfile(sock_fd, part.fd, part.position + sent, part.size - sent)
-        except (BlockingIOError, InterruptedError):
+        except BlockingIOError:
             break
         if n == 0:  # end of file: the region is no longer there; the caller's fallback finds it short
             break
