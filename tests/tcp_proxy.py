@@ -13,6 +13,7 @@ class TcpProxy:
         self.loop = asyncio.new_event_loop()
         self.server: asyncio.AbstractServer | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.rate: float | None = None  # bytes/s each way of each connection (a slow WAN link); None: no limit
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
@@ -24,6 +25,8 @@ class TcpProxy:
             while data := await reader.read(65536):
                 writer.write(data)
                 await writer.drain()
+                if self.rate:
+                    await asyncio.sleep(len(data) / self.rate)
         except (ConnectionError, OSError):
             pass
         finally:

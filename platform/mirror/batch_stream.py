@@ -207,17 +207,23 @@ class BatchStream:
             return False
         self.prefetched = self._send_fetches({**self.positions, **{k: c.next_offset for k, c in results.items()}})
         self._before_produce(plan)
-        targets = self._produce(plan)
-        if targets is None:
+        produced = self._produce(plan)
+        if produced is None:
             return False  # stopping before the target acknowledged: nothing moves
+        targets, rounds = produced
         records = value_bytes = skipped = 0
         for key, copied in results.items():
-            self.positions[key] = self.uncommitted[key] = copied.next_offset
-            last = copied.batches[-1]
-            self.m.checkpoints.record(key[0], key[1], last.last_source_offset, targets[key])
-            records += copied.records
-            value_bytes += copied.value_bytes
-            skipped += copied.skipped_loops
+            done = copied.batches[:rounds]
+            if len(done) == len(copied.batches):
+                self.positions[key] = self.uncommitted[key] = copied.next_offset
+                records += copied.records
+                value_bytes += copied.value_bytes
+                skipped += copied.skipped_loops
+            else:  # the cycle stopped early: positions are those of its acknowledged rounds (set by _produce)
+                done_records = sum(b.count for b in done)
+                records += done_records
+                value_bytes += copied.value_bytes * done_records // max(copied.records, 1)  # a share, for the rate
+            self.m.checkpoints.record(key[0], key[1], done[-1].last_source_offset, targets[key])
         self.m.checkpoints.maybe_flush()
         with self.m.counters.lock:
             self.m.counters.records += records
@@ -300,9 +306,12 @@ class BatchStream:
         except KafkaException as exc:
             log.warning("mirror stream %d: source metadata: %s", self.index, exc)
 
-    def _produce(self, plan: dict[Key, list]) -> dict[Key, int] | None:
+    def _produce(self, plan: dict[Key, list]) -> tuple[dict[Key, int], int] | None:
         """Produce every partition's batches in order (round k: the k-th batch of each partition); returns the
-        target offset of each partition's last record, or None when told to stop first. Retries in place."""
+        target offset of each partition's last acknowledged record and the number of rounds acknowledged, or None
+        when told to stop first. Retries in place. A round whose commit the group refuses ends the cycle: the
+        member may have been dropped (a WAN cut longer than the session), and what it copied on would only be
+        copied again by the partitions' next owner."""
         targets: dict[Key, int] = {}
         rounds = max(len(batches) for batches in plan.values())
         for k in range(rounds):
@@ -329,7 +338,9 @@ class BatchStream:
                     if k < len(batches) - 1:
                         self.positions[key] = self.uncommitted[key] = batches[k].last_source_offset + 1
                 self._round_done()
-        return targets
+                if self.held:
+                    return targets, k + 1
+        return targets, rounds
 
     def _produce_round(self, todo: dict, encoded: dict, targets: dict) -> dict[Key, str]:
         """Send one batch per partition; returns the partitions to retry, with why."""

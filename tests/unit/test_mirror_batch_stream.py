@@ -1,0 +1,100 @@
+"""The whole-batch mirror stream's cycle with fakes for the group and the target: offsets are committed after
+every produce round, and a round whose commit the group refuses ends the cycle (a member dropped during a WAN cut
+used to copy the rest of a large fetch that its partitions' next owner then copied again)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from broker.protocol.batch_builder import build_batch, encode_record
+from mirror.batch_stream import BatchStream
+from mirror.batches import Provenance
+from mirror.mirror import Counters
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+KEY = ("pv", 0)
+RECORDS = 200
+
+
+class FakeMirror:
+    """What a stream uses of :class:`mirror.mirror.Mirror`: counters, checkpoints and the group commit, which
+    refuses the commits whose numbers are in ``refuse`` (1-based) and keeps their offsets, as the real one does."""
+
+    def __init__(self, refuse: set[int]):
+        self.consumer_config = {"max.partition.fetch.bytes": 4096}
+        self.source_name = "live"
+        self.counters = Counters()
+        self.stop_event = threading.Event()
+        self.checkpoints = SimpleNamespace(recorded=[], record=lambda *a: self.checkpoints.recorded.append(a),
+                                           maybe_flush=lambda: None)
+        self.refuse = refuse
+        self.commits: list[dict] = []
+
+    def _commit(self, consumer, uncommitted: dict) -> bool:
+        self.commits.append(dict(uncommitted))
+        if len(self.commits) in self.refuse:
+            return False
+        uncommitted.clear()
+        return True
+
+
+def stream_with_one_large_fetch(refuse: set[int]) -> tuple[BatchStream, list]:
+    """A stream owning pv-0 at offset 0 whose fetch brings one source batch of 200 records (about 8 KB, twice the
+    partition's fetch size: a fetch returns a first batch whole however large)."""
+    m = FakeMirror(refuse)
+    stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
+    stream.consumer = object()
+    stream.positions = {KEY: 0}
+    stream.provenance = {KEY: Provenance("live", 0)}
+    stream.target_of = {KEY: 0}
+    batch = build_batch([encode_record(i, f"k{i}".encode(), f"value {i:06d}".encode()) for i in range(RECORDS)],
+                        timestamp_ms=1_700_000_000_000, base_offset=0)
+    fetched = SimpleNamespace(records=batch, aborted_transactions=(), last_stable_offset=-1,
+                              high_watermark=RECORDS)
+    stream._fetch = lambda: {KEY: fetched}
+    stream._send_fetches = lambda positions: []  # no prefetch
+    produced: list = []
+
+    def produce_round(todo, encoded, targets):
+        for key, batch in todo.items():
+            targets[key] = sum(b.count for b in produced) + batch.count - 1
+            produced.append(batch)
+        return {}
+
+    stream._produce_round = produce_round
+    return stream, produced
+
+
+def test_a_cycle_commits_after_every_round_and_ends_at_the_fetch_end():
+    stream, produced = stream_with_one_large_fetch(refuse=set())
+    assert stream._cycle()
+    stream._commit()
+    assert len(produced) >= 2  # the fetch is split into target batches no larger than a partition's fetch share
+    assert sum(b.count for b in produced) == RECORDS
+    assert stream.positions[KEY] == RECORDS and not stream.held
+    committed = [c[KEY] for c in stream.m.commits]
+    assert committed == [b.last_source_offset + 1 for b in produced]  # after each round, the last one by run()
+    assert stream.m.counters.records == RECORDS
+
+
+def test_a_refused_commit_ends_the_cycle_at_the_round_it_followed():
+    stream, produced = stream_with_one_large_fetch(refuse={2, 3})
+    assert stream._cycle()
+    assert len(produced) == 2, "rounds were produced after the group refused a commit"
+    assert stream.held
+    assert stream.positions[KEY] == stream.uncommitted[KEY] == produced[1].last_source_offset + 1
+    assert stream.m.counters.records == produced[0].count + produced[1].count
+    assert stream.m.checkpoints.recorded[-1][2:] == (produced[1].last_source_offset, produced[0].count
+                                                      + produced[1].count - 1)
+    stream._commit()  # refused again (the third): still held, the positions kept for the next try
+    assert stream.held and stream.uncommitted[KEY] == produced[1].last_source_offset + 1
+    stream._commit()
+    assert not stream.held and not stream.uncommitted
+    assert stream._cycle()  # the copy goes on from the acknowledged position: no gap, nothing copied twice
+    stream._commit()
+    sources = [b.last_source_offset for b in produced]
+    assert sources == sorted(set(sources)) and sources[-1] == RECORDS - 1
+    assert sum(b.count for b in produced) == RECORDS
