@@ -27,11 +27,17 @@ APIS: dict[int, Api] = {}
 NO_RESPONSE = object()
 
 
-@dataclass(frozen=True, slots=True)
 class RawResponse:
-    """A whole response frame as parts: ``bytes`` and file regions (sent with sendfile)."""
+    """A whole response frame as parts: ``bytes`` and file regions (sent with sendfile). A plain slotted class:
+    one is made per Produce and Fetch answered, and a frozen dataclass's ``__init__`` costs several times more."""
 
-    parts: list
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"RawResponse({self.parts!r})"
 
 
 def handles(key: int, name: str, min_version: int, max_version: int):

@@ -154,8 +154,8 @@ class LogCleaner:
 
     def _setting(self, topic: str, name: str, broker_key: str) -> str:
         info = self.broker.topics.get(topic)
-        configs = info.configs if info else {}
-        return configs.get(name, str(self.broker.config[broker_key]))
+        value = info.configs.get(name) if info else None
+        return str(self.broker.config[broker_key]) if value is None else value  # the default only when needed
 
     def compacted(self, topic: str) -> bool:
         return "compact" in self._setting(topic, "cleanup.policy", "log.cleanup.policy").split(",")

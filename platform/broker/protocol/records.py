@@ -20,7 +20,7 @@ CORRUPT_MESSAGE.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -44,8 +44,10 @@ class InvalidRecord(InvalidBatch):
     """A batch whose header and records disagree, or a record that does not parse (InvalidRecordException)."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """A batch's header fields. A named tuple, not a frozen dataclass: one is made for every batch a producer
+    sends, and a tuple is made in a quarter of the time (issue 20: about 0.4 against 2 µs of a request's 25)."""
+
     base_offset: int
     length: int  # bytes after the length field
     leader_epoch: int
@@ -80,12 +82,15 @@ class BatchHeader:
 def read_header(buf, pos: int = 0) -> BatchHeader:
     if len(buf) - pos < HEADER_SIZE:
         raise InvalidBatch("truncated batch header")
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return _make_header(_HEADER.unpack_from(buf, pos))
 
 
-@dataclass(frozen=True, slots=True)
-class BatchSummary:
-    """What the log needs to know of validated, incoming bytes (one or more whole batches)."""
+_make_header = BatchHeader._make
+
+
+class BatchSummary(NamedTuple):
+    """What the log needs to know of validated, incoming bytes (one or more whole batches); a named tuple, as
+    :class:`BatchHeader`, since one is made per Produce partition."""
 
     batches: int
     records: int
