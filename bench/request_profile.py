@@ -1,9 +1,10 @@
 """Where a small request's broker CPU goes (issue 20): one broker, the paper benchmark's unbatched producer
 (confluent-kafka, ``batch.num.messages=1``, ``linger.ms=0``, acks=1: one Produce request per 200-byte message).
 
-Two readings of the same run: the broker's user and system CPU per request (``/proc/<pid>/stat``: how much is
-Python and how much the kernel), and a py-spy profile of the broker while it runs (a flamegraph SVG, and the share
-of the event loop's samples under the produce handler's main steps, from py-spy's raw stacks).
+Three runs on one broker: a plain one for the broker's user and system CPU per request (``/proc/<pid>/stat``: how
+much is Python and how much the kernel; the kernel counts them in clock ticks), one under py-spy's raw stacks (the
+share of the event loop's samples under each main step of the produce path), one under py-spy's flamegraph
+(one sampler at a time: py-spy pauses the process for each sample).
 
 Usage: .venv/bin/python bench/request_profile.py [--messages 300000] [--out bench/results]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,14 +31,14 @@ from support import BrokerProcess  # noqa: E402
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 # (step, a frame every sample of the step has): the produce path's steps, in the order a request meets them
-STEPS = [("read the request header", "read_header (broker/protocol/codec.py"),
-         ("decode the Produce body", "decode (broker/protocol/produce_request.py"),
-         ("admit (topic, leadership, configs)", "admit (broker/handlers/produce.py"),
-         ("batch framing and CRC", "validate (broker/protocol/records.py"),
-         ("record checks", "check_records (broker/protocol/validation.py"),
-         ("log append", "append (broker/log/log.py"),
-         ("encode the response", "_answer (broker/handlers/produce.py"),
-         ("request metrics", "request (broker/metrics.py")]
+STEPS = [("read the request header", ";read_header (broker/protocol/codec.py"),
+         ("decode the Produce body", ";decode (broker/protocol/produce_request.py"),
+         ("admit (topic, leadership, configs)", ";admit (broker/handlers/produce.py"),
+         ("batch framing and CRC", ";validate (broker/protocol/records.py"),
+         ("record checks", ";check_records (broker/protocol/validation.py"),
+         ("log append", ";append (broker/log/log.py"),
+         ("encode the response", ";_answer (broker/handlers/produce.py"),
+         ("request metrics", ";request (broker/metrics.py")]
 
 
 def cpu_times(pid: int) -> tuple[float, float]:
@@ -67,41 +69,52 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="request-profile-"))
-    broker = BrokerProcess(work / "broker", num_partitions=1).start()
     try:
-        time.sleep(1)
-        logbus_side.produce(broker, "warm", 20_000, SIZE, logbus_side.RUNS["batch1"])
-        user0, sys0 = cpu_times(broker.proc.pid)
-        plain = logbus_side.produce(broker, "plain", args.messages, SIZE, logbus_side.RUNS["batch1"])
-        user1, sys1 = cpu_times(broker.proc.pid)
-        raw, svg = work / "stacks.txt", out / "flamegraph_broker_batch1.svg"
-        spies = [subprocess.Popen([PY_SPY, "record", "-p", str(broker.proc.pid), "-r", "200", "-f", fmt, "-o",
-                                   str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for fmt, path in (("raw", raw), ("flamegraph", svg))]
-        time.sleep(1)
-        profiled = logbus_side.produce(broker, "profiled", args.messages, SIZE, logbus_side.RUNS["batch1"])
-        for spy in spies:
-            spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
-            spy.wait(60)
-        loop, step_shares = shares(raw)
+        broker = BrokerProcess(work / "broker", num_partitions=1).start()
+        try:
+            time.sleep(1)
+            logbus_side.produce(broker, "warm", 20_000, SIZE, logbus_side.RUNS["batch1"])
+            user0, sys0 = cpu_times(broker.proc.pid)
+            plain = logbus_side.produce(broker, "plain", args.messages, SIZE, logbus_side.RUNS["batch1"])
+            user1, sys1 = cpu_times(broker.proc.pid)
+            raw = work / "stacks.txt"
+            profiled = {fmt: profile(broker, fmt, path, args.messages)
+                        for fmt, path in (("raw", raw), ("flamegraph", out / "flamegraph_broker_batch1.svg"))}
+            loop, step_shares = shares(raw)
+        finally:
+            broker.stop()
     finally:
-        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
     n = args.messages
     lines = ["# Where a small request's broker CPU goes (issue 20)", "",
              f"Command: `python bench/request_profile.py --messages {n}`  ",
              f"One broker of this tree; {n:,} messages of {SIZE} bytes, one Produce request each (confluent-kafka, "
-             "batch.num.messages=1, linger.ms=0, acks=1), twice: once plain, once with py-spy attached (200 Hz).", "",
+             "batch.num.messages=1, linger.ms=0, acks=1), three times: plain, then under py-spy (200 Hz) twice, once for "
+             "the raw stacks and once for the flamegraph.", "",
              "| run | msg/s | broker user CPU µs per request | broker system CPU µs per request |", "|---|---|---|---|",
              f"| plain | {plain['msg_per_s']:,} | {(user1 - user0) / n * 1e6:.1f} | {(sys1 - sys0) / n * 1e6:.1f} |",
-             f"| with py-spy | {profiled['msg_per_s']:,} | – | – |", "",
+             f"| under py-spy, raw stacks | {profiled['raw']['msg_per_s']:,} | – | – |",
+             f"| under py-spy, flamegraph | {profiled['flamegraph']['msg_per_s']:,} | – | – |", "",
              f"Share of the event loop's {loop:,} py-spy samples under each step of the produce path (a step's "
-             "samples include what it calls; what is left is the listener's loop and the handler's own lines):", "",
+             "samples include what it calls):", "",
              "| step | share |", "|---|---|"]
     lines += [f"| {step} | {share:.1%} |" for step, share in step_shares.items()]
-    lines += ["", "Flamegraph: `flamegraph_broker_batch1.svg`."]
+    lines += [f"| the rest: the listener's loop (reading frames, writing answers), the dispatch, the handler's own "
+              f"lines | {1 - sum(step_shares.values()):.1%} |", "", "Flamegraph: `flamegraph_broker_batch1.svg`."]
     (out / "request_profile.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def profile(broker: BrokerProcess, fmt: str, path: Path, messages: int) -> dict:
+    """One run of the unbatched producer with py-spy recording the broker in ``fmt`` to ``path``."""
+    spy = subprocess.Popen([PY_SPY, "record", "-p", str(broker.proc.pid), "-r", "200", "-f", fmt, "-o", str(path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        return logbus_side.produce(broker, f"profiled-{fmt}", messages, SIZE, logbus_side.RUNS["batch1"])
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output and exits
+        spy.wait(60)
 
 
 if __name__ == "__main__":
