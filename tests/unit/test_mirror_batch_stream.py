@@ -57,11 +57,13 @@ def stream_with_one_large_fetch(refuse: set[int]) -> tuple[BatchStream, list]:
     stream._fetch = lambda: {KEY: fetched}
     stream._send_fetches = lambda positions: []  # no prefetch
     produced: list = []
+    stream.produced_by = {}  # partition -> its batches, in order
 
     def produce_round(todo, encoded, targets):
         for key, batch in todo.items():
             targets[key] = sum(b.count for b in produced) + batch.count - 1
             produced.append(batch)
+            stream.produced_by.setdefault(key, []).append(batch)
         return {}
 
     stream._produce_round = produce_round
@@ -98,3 +100,41 @@ def test_a_refused_commit_ends_the_cycle_at_the_round_it_followed():
     sources = [b.last_source_offset for b in produced]
     assert sources == sorted(set(sources)) and sources[-1] == RECORDS - 1
     assert sum(b.count for b in produced) == RECORDS
+
+
+def test_a_cycle_stopped_early_keeps_each_partition_at_what_the_target_acknowledged():
+    """Two partitions, one fetch each: pv-1 fits one round, pv-0 takes several. The group refuses the commit after
+    the second round: pv-1 (done in the first round) moves to its fetch's end, pv-0 to its second round's end;
+    the next cycle's fetch, sent ahead with the cycle's end positions, is dropped for pv-0 (it would leave a gap)
+    and used for pv-1."""
+    stream, produced = stream_with_one_large_fetch(refuse={2})
+    small = ("pv", 1)
+    stream.positions[small] = 0
+    stream.provenance[small] = Provenance("live", 1)
+    stream.target_of[small] = 1
+    big_fetch = stream._fetch()[KEY]
+    small_batch = build_batch([encode_record(i, b"k", b"v") for i in range(3)], timestamp_ms=1_700_000_000_000,
+                              base_offset=0)
+    fetched = {KEY: big_fetch, small: SimpleNamespace(records=small_batch, aborted_transactions=(),
+                                                       last_stable_offset=-1, high_watermark=3)}
+    stream._fetch = lambda: fetched
+    ahead: list[dict] = []
+
+    def send_fetches(positions):
+        ahead.append(dict(positions))
+        return [(0, dict(positions))]
+
+    stream._send_fetches = send_fetches
+    assert stream._cycle()
+    pv0 = stream.produced_by[KEY]
+    assert len(pv0) == 2 and len(stream.produced_by[small]) == 1
+    assert stream.held
+    assert stream.positions[small] == 3  # all of it acknowledged in the first round
+    assert stream.positions[KEY] == pv0[1].last_source_offset + 1 < RECORDS
+    assert ahead == [{KEY: RECORDS, small: 3}]  # the fetch sent ahead assumed the whole cycle
+    response = SimpleNamespace(responses=[SimpleNamespace(topic="pv", partitions=[
+        SimpleNamespace(partition_index=p, error_code=0, records=b"", aborted_transactions=(),
+                        last_stable_offset=-1, high_watermark=RECORDS) for p in (0, 1)])])
+    stream.source.connections[0] = SimpleNamespace(pending=True, receive=lambda: response)
+    received = stream._receive_fetches(stream.prefetched)
+    assert set(received) == {small}, "a fetch from past pv-0's acknowledged position would leave a gap"
