@@ -71,6 +71,18 @@ def _result(count: int, size: int, elapsed: float, broker_cpu: float, client_cpu
             "broker_cpu_s": round(broker_cpu, 2), "client_cpu_s": round(client_cpu, 2), "samples": samples}
 
 
+def send_all(producer: Producer, topic: str, count: int, payloads: list[bytes]) -> None:
+    """``count`` messages, cycling through 1,024 ``payloads``, waiting for room when the queue is full."""
+    produce_fn, poll = producer.produce, producer.poll
+    for i in range(count):
+        while True:
+            try:
+                produce_fn(topic, payloads[i & 1023])
+                break
+            except BufferError:
+                poll(0.001)
+
+
 def produce(broker: BrokerProcess, topic: str, count: int, size: int, conf: dict) -> dict:
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 1, "queue.buffering.max.messages": 1_000_000,
                          "queue.buffering.max.kbytes": 1_048_576, **conf})
@@ -82,14 +94,7 @@ def produce(broker: BrokerProcess, topic: str, count: int, size: int, conf: dict
     broker_cpu0, client_cpu0 = tree_cpu(broker.proc.pid), self_cpu()
     start = time.perf_counter()
     sampler.start()
-    produce_fn, poll = producer.produce, producer.poll
-    for i in range(count):
-        while True:
-            try:
-                produce_fn(topic, payloads[i & 1023])
-                break
-            except BufferError:
-                poll(0.001)
+    send_all(producer, topic, count, payloads)
     producer.flush(600)
     elapsed = time.perf_counter() - start
     samples = sampler.stop()

@@ -23,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import struct
 import time
 from dataclasses import dataclass
 
 from broker.log.log import NotContiguous
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.network.connect import open_broker_connection
+from broker.network.frames import FrameReader, take_over
 from broker.protocol import codec, records
 from broker.protocol.messages import ErrorCode
 
@@ -57,7 +57,7 @@ class LeaderFetcher:
         self.partitions: dict[tuple[str, int], Followed] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._reader: asyncio.StreamReader | None = None
+        self._reader: FrameReader | None = None  # the connection's reads (a buffered protocol: no copies)
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
         self._stopping = False
@@ -112,7 +112,7 @@ class LeaderFetcher:
         if self._stopping:
             writer.transport.abort()
             return False
-        self._reader, self._writer = reader, writer
+        self._reader, self._writer = take_over(writer), writer
         return True
 
     async def _call(self, api_key: int, version: int, body):
@@ -120,12 +120,10 @@ class LeaderFetcher:
         frame = codec.encode_request(api_key, version, self._correlation,
                                      f"replica-fetcher-{self.broker.node_id}", body)
         reader, writer = self._reader, self._writer  # stop() may clear them meanwhile
-        writer.write(frame)
-        await writer.drain()
+        writer.transport.write(frame)  # a small request, one in flight: nothing to drain
         async with asyncio.timeout(self.broker.config["replica.socket.timeout.ms"] / 1000):
-            size = struct.unpack(">i", await reader.readexactly(4))[0]
-            payload = await reader.readexactly(size)
-        correlation, response = codec.decode_response(api_key, version, payload)
+            payload = await reader.read_frame()
+        correlation, response = codec.decode_response(api_key, version, memoryview(payload).toreadonly())
         if correlation != self._correlation:
             raise ConnectionError("correlation id mismatch")
         return response

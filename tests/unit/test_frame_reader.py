@@ -1,0 +1,102 @@
+"""The replica fetcher's frame reader (broker.network.frames) over real loopback sockets: frames whole and in
+order however the bytes arrive, large ones too, and a closed or broken connection fails the read."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+
+import pytest
+
+from broker.network import frames
+from broker.network.frames import take_over
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def pair(server_writes):
+    """A server that runs ``server_writes(writer)``, and a client connection taken over by a FrameReader."""
+    async def serve(reader, writer):
+        await server_writes(writer)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    return server, writer, take_over(writer)
+
+
+def test_frames_arrive_whole_and_in_order_however_they_are_cut(monkeypatch):
+    monkeypatch.setattr(frames, "DIRECT_MAX", 100_000)  # the 300 KB frame grows as it arrives
+    payloads = [b"", b"a", os.urandom(70_000), os.urandom(300_000), b"tail"]
+    stream = b"".join(frame(p) for p in payloads)
+
+    async def main():
+        async def dribble(writer):
+            for cut in (1, 3, 4, 5, 70_003, 70_010, 200_000, len(stream)):  # mid-prefix, mid-frame, many at once
+                start = getattr(dribble, "pos", 0)
+                writer.write(stream[start:cut])
+                dribble.pos = cut
+                await writer.drain()
+                await asyncio.sleep(0.01)
+
+        server, writer, reader = await pair(dribble)
+        got = [bytes(await asyncio.wait_for(reader.read_frame(), 10)) for _ in payloads]
+        writer.close()
+        server.close()
+        return got
+
+    assert asyncio.run(main()) == payloads
+
+
+def test_a_closed_connection_fails_the_read_and_every_later_one():
+    async def main():
+        async def half_then_close(writer):
+            writer.write(frame(b"whole") + struct.pack(">i", 100) + b"only part")
+            await writer.drain()
+            writer.close()
+
+        server, writer, reader = await pair(half_then_close)
+        first = bytes(await asyncio.wait_for(reader.read_frame(), 10))
+        errors = []
+        for _ in range(2):
+            try:
+                await asyncio.wait_for(reader.read_frame(), 10)
+            except ConnectionError as exc:
+                errors.append(exc)
+        server.close()
+        return first, errors
+
+    first, errors = asyncio.run(main())
+    assert first == b"whole" and len(errors) == 2
+
+
+def test_a_waiting_read_ends_when_the_connection_is_aborted_and_a_negative_size_is_refused():
+    async def main():
+        async def silent(writer):
+            await asyncio.sleep(5)
+
+        server, writer, reader = await pair(silent)
+        pending = asyncio.ensure_future(reader.read_frame())
+        await asyncio.sleep(0.05)
+        writer.transport.abort()  # what the fetcher's stop() does
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(pending, 5)
+
+        async def negative(writer):
+            writer.write(struct.pack(">i", -5))
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        server2, writer2, reader2 = await pair(negative)
+        with pytest.raises(ConnectionError, match="-5"):
+            await asyncio.wait_for(reader2.read_frame(), 5)
+        assert writer2.transport.is_closing()
+        for s in (server, server2):
+            s.close()
+
+    asyncio.run(main())
