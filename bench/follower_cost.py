@@ -37,8 +37,9 @@ def measure(workdir: Path, platform_dir: Path, messages: int) -> dict:
     zk = ZooKeeperProcess(workdir / "zk").start()
     brokers: list[BrokerProcess] = []
     try:
-        brokers = [launch(BrokerProcess(workdir / f"broker{i}", broker_id=i, zookeeper_connect=zk.connect + "/bench",
-                                        num_partitions=1), platform_dir) for i in range(2)]
+        for i in range(2):  # one by one: a broker started before a failure is stopped in the finally
+            brokers.append(launch(BrokerProcess(workdir / f"broker{i}", broker_id=i, num_partitions=1,
+                                                zookeeper_connect=zk.connect + "/bench"), platform_dir))
         bootstrap = ",".join(b.bootstrap for b in brokers)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 2, 30, what="both brokers registered")

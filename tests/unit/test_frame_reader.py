@@ -26,8 +26,8 @@ async def pair(server_writes):
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    _, writer = await asyncio.open_connection("127.0.0.1", port)
-    return server, writer, take_over(writer)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    return server, writer, take_over(reader, writer)
 
 
 def test_frames_arrive_whole_and_in_order_however_they_are_cut(monkeypatch):
@@ -98,5 +98,24 @@ def test_a_waiting_read_ends_when_the_connection_is_aborted_and_a_negative_size_
         assert writer2.transport.is_closing()
         for s in (server, server2):
             s.close()
+
+    asyncio.run(main())
+
+
+def test_a_stream_with_bytes_already_read_is_not_taken_over():
+    """Bytes the stream reader already holds would be lost by the swap: refused."""
+    async def main():
+        async def hello(_reader, writer):
+            writer.write(b"unasked")
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        server = await asyncio.start_server(hello, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        await asyncio.sleep(0.1)
+        with pytest.raises(ConnectionError):
+            take_over(reader, writer)
+        writer.close()
+        server.close()
 
     asyncio.run(main())

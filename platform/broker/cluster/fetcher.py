@@ -112,7 +112,12 @@ class LeaderFetcher:
         if self._stopping:
             writer.transport.abort()
             return False
-        self._reader, self._writer = take_over(writer), writer
+        try:
+            self._reader, self._writer = take_over(reader, writer), writer
+        except ConnectionError as exc:
+            writer.transport.abort()
+            log.warning("replica fetcher: connection to broker %d: %s", self.leader_id, exc)
+            return False
         return True
 
     async def _call(self, api_key: int, version: int, body):

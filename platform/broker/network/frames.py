@@ -85,7 +85,7 @@ class FrameReader(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._error is None:
-            self._error = exc if exc is not None else ConnectionError("connection closed by the peer")
+            self._error = exc if exc is not None else ConnectionError("connection closed")
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -103,9 +103,12 @@ class FrameReader(asyncio.BufferedProtocol):
         return self._frames.pop(0)
 
 
-def take_over(writer: asyncio.StreamWriter) -> FrameReader:
-    """Make a connected stream's transport deliver its reads to a new :class:`FrameReader` (nothing may be pending
-    in the stream's reader: a connection in lockstep between its requests)."""
+def take_over(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> FrameReader:
+    """Make a connected stream's transport deliver its reads to a new :class:`FrameReader`. Nothing may be pending
+    in the stream's reader (a connection in lockstep between its requests): else ConnectionError, as the bytes
+    would be lost."""
+    if reader._buffer or reader.at_eof():  # noqa: SLF001 - StreamReader has no public look at what it holds
+        raise ConnectionError("bytes or an end of stream arrived before any request")
     reader = FrameReader(writer.transport)
     writer.transport.set_protocol(reader)
     return reader
