@@ -109,6 +109,6 @@ def take_over(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Fra
     would be lost."""
     if reader._buffer or reader.at_eof():  # noqa: SLF001 - StreamReader has no public look at what it holds
         raise ConnectionError("bytes or an end of stream arrived before any request")
-    reader = FrameReader(writer.transport)
-    writer.transport.set_protocol(reader)
-    return reader
+    frames = FrameReader(writer.transport)
+    writer.transport.set_protocol(frames)
+    return frames
