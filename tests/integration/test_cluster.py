@@ -138,7 +138,9 @@ def test_controller_moves_when_its_zookeeper_session_dies(cluster):
         try:
             (new,) = wait_until(lambda: [b for b in [controller(zk)] if b not in (old, -1)], 30,
                                 what="a new controller")
-            assert int(zk.get("/controller_epoch")[0]) > epoch
+            # the new controller creates /controller first and bumps /controller_epoch just after (as Kafka's
+            # does), so the epoch may still be the old one at the moment the new controller is seen
+            wait_until(lambda: int(zk.get("/controller_epoch")[0]) > epoch, 30, what="a new controller epoch")
             wait_until(lambda: all(c.state("ctl", p)["leader"] != old for p in range(3)), 30,
                        what="leadership moved off the paused broker")
         finally:
