@@ -98,3 +98,16 @@ def test_compaction_keeps_the_latest_value_per_key_at_its_offset(fresh_broker):
     with pytest.raises(KafkaException) as err:
         admin.incremental_alter_configs([bad])[bad].result(10)
     assert err.value.args[0].name() == "INVALID_CONFIG"
+
+    # Produce reads "records need a key" from the partition's log config: altering cleanup.policy changes it
+    def keyless_error():
+        outcome = []
+        producer.produce("table", b"no key", on_delivery=lambda err, msg: outcome.append(err))
+        producer.flush(10)
+        return outcome[0].name() if outcome and outcome[0] is not None else None
+
+    for policy, expected in (("delete", None), ("compact", "INVALID_RECORD")):
+        change = ConfigResource(ResourceType.TOPIC, "table", incremental_configs=[
+            ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([change])[change].result(10)
+        assert keyless_error() == expected, policy

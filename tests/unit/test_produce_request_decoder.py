@@ -89,6 +89,33 @@ def test_a_changed_byte_is_refused_or_accepted_like_the_generic_path(spec, data)
     assert outcome(hand, header, payload) == outcome(generic, header, payload)
 
 
+# The hot path's shape (v9, no transactional id, one topic of one partition), which the hand decoder reads
+# straight (produce_request._decode_one): names around the one-byte compact length, record sets around the
+# one- and two-byte ones.
+one_partition = st.tuples(st.just(9), st.none(), st.integers(-1, 1), st.integers(0, 2**31 - 1),
+                          st.tuples(st.text(min_size=0, max_size=130), st.tuples(
+                              st.integers(-2**31, 2**31 - 1),
+                              st.none() | st.binary(max_size=200) | st.integers(16_370, 16_400).map(bytes))
+                          ).map(lambda t: [(t[0], [t[1]])]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(one_partition, st.data())
+def test_the_one_partition_shape_decodes_and_refuses_like_the_generic_path(spec, data):
+    payload = bytearray(encode(*spec))
+    header = codec.read_header(payload)
+    name, [(_, records)] = spec[4][0]
+    taken = produce_request._decode_one(bytes(payload), header.body_offset, len(payload))
+    if 0 < len(name.encode()) < 127 and records is not None and len(records) < 16_383:
+        assert taken is not None  # the straight decoder took it
+    assert outcome(hand, header, bytes(payload)) == outcome(generic, header, bytes(payload))
+    at = data.draw(st.integers(header.body_offset, len(payload) - 1))
+    payload[at] = data.draw(st.sampled_from([0x00, 0x01, 0x02, 0x7f, 0x80, 0xfe, 0xff, payload[at] ^ 0x40]))
+    assert outcome(hand, header, bytes(payload)) == outcome(generic, header, bytes(payload))
+    cut = data.draw(st.integers(header.body_offset, len(payload) - 1))
+    assert outcome(hand, header, bytes(payload[:cut])) == outcome(generic, header, bytes(payload[:cut]))
+
+
 def test_hostile_counts_and_lengths_are_refused_before_any_allocation():
     for version in (3, 9):
         payload = encode(version, None, 1, 1000, [("t", [(0, b"x" * 20)])])

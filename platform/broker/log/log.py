@@ -155,16 +155,19 @@ class PartitionLog:
         pid, epoch = summary.producer_id, summary.producer_epoch
         if summary.control:
             raise records.InvalidRecord("control batches are written by the broker, not by clients")
-        transactional = control.is_transactional(summary.attributes)
-        self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional)
-        base = self.log_end_offset
+        idempotent = pid >= 0  # the producer state has nothing to say about the others
+        if idempotent:
+            transactional = control.is_transactional(summary.attributes)
+            self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional)
+        base = self.segments[-1].next_offset  # the log end offset
         parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
         self._maybe_roll(len(data), next_offset - 1)
         self.epochs.assign(self.leader_epoch, base)  # the file knows the epoch before any batch of it is written
         self._write(parts, len(data), base, next_offset, summary.max_timestamp, summary.records)
         if not self.replicated:
             self.high_watermark = next_offset
-        self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base, transactional)
+        if idempotent:
+            self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base, transactional)
         return base
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
@@ -244,7 +247,7 @@ class PartitionLog:
 
     def _write(self, parts: list, size: int, base: int, next_offset: int, max_timestamp: int, count: int) -> None:
         """Append to the active segment, and flush when the flush policy says so: all or nothing (OSError)."""
-        active = self.active
+        active = self.segments[-1]
         due = self._unflushed_messages + count >= self.config.flush_interval_messages
         mark = active.mark() if due else None
         active.append(parts, size, base, next_offset, max_timestamp)
@@ -332,14 +335,14 @@ class PartitionLog:
     def _maybe_roll(self, incoming: int, last_offset: int) -> None:
         """Roll before an append that would make the active segment too big or too old, or whose last offset
         would not fit the 32-bit relative offsets of the segment's indexes (Kafka's LogSegment rule)."""
-        active = self.active
+        active = self.segments[-1]
         if active.size == 0:
             return
-        too_big = active.size + incoming > self.config.segment_bytes
-        too_old = (active.first_append_ms is not None
-                   and time.time() * 1000 - active.first_append_ms > self.config.roll_ms - self._roll_jitter(active))
-        too_far = last_offset - active.base_offset > INT32_MAX
-        if too_big or too_old or too_far:
+        config = self.config
+        if (active.size + incoming > config.segment_bytes  # too big
+                or last_offset - active.base_offset > INT32_MAX  # too far for the indexes
+                or (active.first_append_ms is not None  # too old
+                    and time.time() * 1000 - active.first_append_ms > config.roll_ms - self._roll_jitter(active))):
             self.roll()
 
     _jitter: tuple[int, int] = (-1, 0)  # (base offset of the segment it was drawn for, jitter ms)

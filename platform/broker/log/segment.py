@@ -165,7 +165,8 @@ class LogSegment:
     def append(self, parts: list, size: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
         """Append whole batches (offsets already assigned), given as buffers totalling ``size`` bytes, in one
         ``writev``. One index entry at most per call. All or nothing: raises OSError with the file cut back."""
-        self.repair()
+        if self._torn:
+            self.repair()
         position = self.size
         if len(parts) > _IOV_MAX:
             parts = [b"".join(parts)]

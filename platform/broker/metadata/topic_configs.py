@@ -260,6 +260,7 @@ class TopicLogConfig(LogConfig):
     """A partition log's config with what Kafka's LogConfig adds for the produce path."""
 
     records: RecordPolicy = field(default_factory=RecordPolicy)  # what Produce does to incoming batches
+    compacted: bool = False  # cleanup.policy includes compact: Produce refuses records without a key
 
 
 def timestamp_bounds(values: dict[str, str]) -> tuple[int, int]:
@@ -295,4 +296,5 @@ def log_config(values: dict[str, str]) -> TopicLogConfig:
         file_delete_delay_ms=int(values["file.delete.delay.ms"]),
         cleanup_policy=values["cleanup.policy"],
         records=RecordPolicy(codec, level, values["message.timestamp.type"] == "LogAppendTime", before, after),
+        compacted=compact,
     )

@@ -275,7 +275,9 @@ class KafkaListener:
                     if session.raw_tokens:  # SaslHandshake v0: a bare token, answered bare
                         parts = await self._raw_sasl_token(session, bytes(payload))
                     else:
-                        parts = await self.dispatch(payload, session)
+                        parts = self.dispatch(payload, session)
+                        if type(parts) is CoroutineType:  # a request that waits (acks=all, a long-polling fetch)
+                            parts = await parts
                     del payload
                 finally:
                     if reserved:
@@ -317,8 +319,10 @@ class KafkaListener:
             frame += chunk
         return memoryview(frame).toreadonly()  # kio reads only read-only buffers
 
-    async def dispatch(self, payload, session: Session | None = None) -> list | None:
-        """Handle one request frame (without its size prefix); the response's parts, or None (no response).
+    def dispatch(self, payload, session: Session | None = None):
+        """Handle one request frame (without its size prefix); the response's parts, or None (no response), or
+        for a request that waits (a handler that returned an awaitable) a coroutine that gives one of those.
+        Not a coroutine itself, so a request answered at once costs no coroutine (the produce hot path).
         ``session``: the connection's (default: the task's :data:`current_session`)."""
         header = codec.read_header(payload)
         api = APIS.get(header.api_key)
@@ -338,8 +342,14 @@ class KafkaListener:
         started = _clock()
         result = api.handler(self.broker, header, request)
         if type(result) is CoroutineType or (type(result) is not RawResponse and inspect.isawaitable(result)):
-            result = await result
-        self.broker.metrics.request(api.name, _clock() - started)
+            return self._answer_later(api.name, header, started, result)
+        return self._answer(api.name, header, started, result)
+
+    async def _answer_later(self, name: str, header, started: float, result):
+        return self._answer(name, header, started, await result)
+
+    def _answer(self, name: str, header, started: float, result) -> list | None:
+        self.broker.metrics.request(name, _clock() - started)
         if type(result) is RawResponse:
             return result.parts
         if result is NO_RESPONSE:

@@ -105,7 +105,7 @@ def decode(version: int, buf, pos: int):
     """The body of a Produce request of ``version`` (3–9) in ``buf`` from ``pos`` (after the header)."""
     end = len(buf)
     if version >= 9:
-        return _decode_flexible(buf, pos, end)
+        return _decode_one(buf, pos, end) or _decode_flexible(buf, pos, end)
     if pos + 2 > end:
         raise MalformedRequest("request truncated")
     length = _I16(buf, pos)[0]
@@ -158,6 +158,42 @@ def decode(version: int, buf, pos: int):
             partitions.append(PartitionProduceData(index, data))
         topics.append(TopicProduceData(name, tuple(partitions)))
     return ProduceRequest(txn_id, acks, timeout, tuple(topics))
+
+
+_ONE_HEAD = struct.Struct(">bhib")  # null transactional id, acks, timeout, one topic (compact array: 2)
+
+
+def _decode_one(buf, pos: int, end: int):
+    """v9's commonest request, decoded straight: no transactional id, one topic of one partition, a topic name
+    under 127 bytes, a record set under 16 KiB, no tagged fields. None for anything else (the general decoder
+    then reads it, with its exact error)."""
+    if pos + 9 > end:
+        return None
+    txn, acks, timeout, topics = _ONE_HEAD.unpack_from(buf, pos)
+    name_length = buf[pos + 8] - 1  # from the name's compact length, if it is one byte
+    name_end = pos + 9 + name_length
+    if txn != 0 or topics != 2 or name_length not in _SHORT or name_end + 7 > end or buf[name_end] != 2:
+        return None
+    index = _I32(buf, name_end + 1)[0]
+    length = buf[name_end + 5]
+    at = name_end + 6
+    if length >= 0x80:  # two-byte compact length
+        length = (length & 0x7F) | buf[at] << 7
+        at += 1
+        if length >= 0x4000:
+            return None
+    length -= 1
+    if length < 0 or at + length + 3 != end or buf[end - 3] or buf[end - 2] or buf[end - 1]:
+        return None  # null records, or anything after the record set but the three empty tag sections
+    try:
+        name = str(buf[pos + 9:name_end], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    return ProduceRequest(None, acks, timeout,
+                          (TopicProduceData(name, (PartitionProduceData(index, buf[at:at + length]),)),))
+
+
+_SHORT = range(1, 127)  # topic name lengths whose compact length is one byte
 
 
 def _decode_flexible(buf, pos: int, end: int):

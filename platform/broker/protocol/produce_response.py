@@ -57,12 +57,15 @@ def encode(version: int, correlation_id: int,
     return bytes(out)
 
 
-_templates: dict[tuple[int, str], tuple[bytes, bytes]] = {}
+_templates: dict[tuple[int, str], tuple[bytes, bytes, int]] = {}
+_SIZE_CORRELATION = struct.Struct(">ii")
+_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error, base offset, log append time, log start offset
 
 
-def _one_template(version: int, name: str) -> tuple[bytes, bytes]:
+def _one_template(version: int, name: str) -> tuple[bytes, bytes, int]:
     """The constant bytes of a response to one partition of topic ``name`` without an error message: after the
-    correlation id up to the partition's fields, and after them (log start offset between, v5+)."""
+    correlation id up to the partition's fields, and after them (log start offset between, v5+); and the frame's
+    size (after the size prefix)."""
     flexible = version >= 9
     head = (b"\x00" if flexible else b"") + (write_uvarint(2) if flexible else _I32.pack(1)) + _string(name, flexible)
     head += write_uvarint(2) if flexible else _I32.pack(1)
@@ -72,7 +75,8 @@ def _one_template(version: int, name: str) -> tuple[bytes, bytes]:
     if flexible:
         tail += b"\x00\x00"  # the partition's and the topic's tagged fields
     tail += _I32.pack(0) + (b"\x00" if flexible else b"")  # throttle time, the body's tagged fields
-    return head, tail
+    fields = _PARTITION_V5.size if version >= 5 else _PARTITION.size
+    return head, tail, 4 + len(head) + fields + len(tail)
 
 
 def _encode_one(version: int, correlation_id: int, name: str, entry) -> bytes:
@@ -82,10 +86,10 @@ def _encode_one(version: int, correlation_id: int, name: str, entry) -> bytes:
         template = _one_template(version, name)
         if len(_templates) < 4096:  # bounded: topic names come from clients
             _templates[(version, name)] = template
-    head, tail = template
-    index, error, base, start, _message, *append_time = entry
-    fields = _PARTITION.pack(index, error, base, append_time[0] if append_time else -1)
+    head, tail, size = template
+    append_time = entry[5] if len(entry) > 5 else -1
     if version >= 5:
-        fields += _I64.pack(start)
-    size = 4 + len(head) + len(fields) + len(tail)
-    return _I32.pack(size) + _I32.pack(correlation_id) + head + fields + tail
+        fields = _PARTITION_V5.pack(entry[0], entry[1], entry[2], append_time, entry[3])
+    else:
+        fields = _PARTITION.pack(entry[0], entry[1], entry[2], append_time)
+    return b"".join((_SIZE_CORRELATION.pack(size, correlation_id), head, fields, tail))

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
+from crc32c import crc32c as _crc32c
 
 from broker.protocol import columnar, compression, records
 from broker.protocol.record_reader import MIN_RECORD_SIZE, encode_batch, iter_records
@@ -74,6 +75,7 @@ _kernels = None  # broker.protocol.kernels, once loaded (_load_kernels)
 # From byte 8 of a batch: length, then attributes (byte 21), lastOffsetDelta (23) and recordCount (57).
 _FIELDS = struct.Struct(">i9xhi30xi")
 _BASE = struct.Struct(">q")  # base offset (0); base timestamp at 27
+_HEADER = records._HEADER  # a whole batch header, as records.read_header reads it
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,11 @@ class RecordPolicy:
     log_append_time: bool = False
     before_max_ms: int = LONG_MAX
     after_max_ms: int = LONG_MAX
+
+    def __post_init__(self) -> None:
+        # nothing to check of timestamps, nothing to rewrite: the produce path's common case (check_small)
+        object.__setattr__(self, "plain", self.codec is None and not self.log_append_time
+                           and self.before_max_ms == LONG_MAX and self.after_max_ms == LONG_MAX)
 
     def bounds(self, now_ms: int) -> tuple[int, int] | None:
         """The CreateTime timestamps allowed at ``now_ms``, or None when nothing is checked."""
@@ -120,6 +127,30 @@ def validate(buf, max_message_bytes: int, compacted: bool = False) -> BatchSumma
     summary = records.validate(buf, max_message_bytes + LOG_OVERHEAD)  # framing: every batch is whole
     check_records(buf, max_message_bytes, compacted)
     return summary
+
+
+def check_small(buf, max_message_bytes: int, compacted: bool) -> BatchSummary | None:
+    """:func:`validate` of the produce path's commonest record set in one pass: a single uncompressed batch of
+    fewer than ``KERNEL_MIN_RECORDS`` records, at most ``INLINE_BUDGET`` bytes of them (an unbatched or lightly
+    batched producer; the caller checks no timestamps and rewrites nothing). Its summary; None when ``buf`` is
+    anything else or breaks a batch-level rule, so that the general path decides, with its exact error. A
+    record that breaks a rule raises here what the general path raises (the same walk, after the same checks).
+    """
+    total = len(buf)
+    if total < HEADER_SIZE:
+        return None
+    (_, length, _, magic, crc, attributes, last_delta, _, max_ts, producer_id, producer_epoch, base_sequence,
+     count) = _HEADER.unpack_from(buf, 0)
+    if (magic != 2 or length + LOG_OVERHEAD != total or total > max_message_bytes + LOG_OVERHEAD
+            or attributes & 0x27 or count != last_delta + 1 or not 0 < count < KERNEL_MIN_RECORDS
+            or count * MIN_RECORD_SIZE > total - HEADER_SIZE or total - HEADER_SIZE > INLINE_BUDGET):
+        return None  # compressed (0x07), control (0x20), too many, too few or too large records, bad framing
+    view = memoryview(buf)
+    if _crc32c(view[21:]) != crc:
+        return None
+    _walk(buf, view[HEADER_SIZE:], count, compacted, 0, None)
+    return BatchSummary(1, count, count, max_ts if max_ts > -1 else -1, producer_id, producer_epoch, base_sequence,
+                        base_sequence + last_delta if base_sequence >= 0 else -1, attributes, False)
 
 
 def check_records(buf, max_message_bytes: int, compacted: bool = False, budget: int | None = None,
