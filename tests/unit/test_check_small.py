@@ -79,3 +79,20 @@ def test_random_corruptions_agree_with_the_general_path():
         data = refresh_crc(data) if rng.random() < 0.9 else bytes(data)
         decided += agree(data, compacted=rng.random() < 0.3)
     assert decided > 1000  # the one-pass check took (and so was compared on) a good share of them
+
+
+def test_single_records_of_every_shape_and_corruption_agree():
+    """The unbatched producer's batches (one record) take a shortcut past the walk; it must never accept what
+    the walk refuses."""
+    rng = random.Random(27)
+    shapes = [dict(key=None), dict(key=b"k"), dict(key=b"k" * 70), dict(value=None), dict(value=b"v" * 200),
+              dict(value=b"v" * 9000), dict(headers=[(b"h", b"v")]), dict(ts_delta=-1), dict(ts_delta=70_000)]
+    for shape in shapes:
+        data = batch_of([record(0, **shape)])
+        assert agree(data) and agree(data, compacted=True)
+    for _ in range(6000):
+        data = bytearray(batch_of([record(0, **rng.choice(shapes))]))
+        for _ in range(rng.randint(1, 2)):
+            at = rng.randrange(61, min(len(data), 61 + 12)) if rng.random() < 0.7 else rng.randrange(61, len(data))
+            data[at] = rng.choice([0x00, 0x01, 0x02, 0x7f, 0x80, 0xff, rng.randrange(256)])
+        agree(refresh_crc(data), compacted=rng.random() < 0.3)

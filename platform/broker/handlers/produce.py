@@ -204,10 +204,11 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         broker.cluster.partition(part.topic, part.index).maybe_advance_high_watermark()
     broker.notify_append(part.topic, part.index)
     broker.metrics.produced(part.topic, part.outcome.records, len(part.data))
-    part.result[1:] = [_OK, base, plog.log_start_offset, None]
+    result = part.result  # [index, error, base offset, log start offset, message]
+    result[1], result[2], result[3] = _OK, base, plog.log_start_offset
     if part.policy.log_append_time:
-        part.result.append(part.now)  # log_append_time_ms
-    return plog.log_end_offset
+        result.append(part.now)  # log_append_time_ms
+    return plog.segments[-1].next_offset  # the log end offset
 
 
 async def wait_committed(broker, topic: str, partition: int, offset: int, timeout: float) -> ErrorCode:
@@ -250,7 +251,10 @@ def handle(broker, header, request):
                 admitted.append(part)
         topics.append((topic.name, results))
     compiled_left = [validation.COMPILED_INLINE_BUDGET]  # for the whole request, not per partition
-    heavy = [part for part in admitted if not validate_inline(part, compiled_left)]
+    heavy = None
+    for part in admitted:  # a loop, not a comprehension: no function frame for the one partition of most requests
+        if not validate_inline(part, compiled_left):
+            heavy = [part] if heavy is None else heavy + [part]
     if heavy:
         return _validate_then_append(broker, header, request, topics, admitted, heavy)
     return _append_all(broker, header, request, topics, admitted, awaited=False)

@@ -63,16 +63,20 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 def read_header(payload, flexible_lookup=is_flexible) -> RequestHeader:
     """Parse the request header; ``flexible_lookup`` decides whether a tagged-field section follows."""
-    if len(payload) < _HEADER.size:
+    end = len(payload)
+    if end < 10:
         raise MalformedRequest("request shorter than its header")
     api_key, version, correlation_id, client_len = _HEADER.unpack_from(payload, 0)
-    pos = _HEADER.size
+    pos = 10  # _HEADER.size
     client_id = None
     if client_len >= 0:
-        if pos + client_len > len(payload):
-            raise MalformedRequest("client id runs past the frame")
-        client_id = _client_id(payload, pos, client_len)
         pos += client_len
+        if pos > end:
+            raise MalformedRequest("client id runs past the frame")
+        raw = bytes(payload[10:pos])
+        client_id = _client_ids.get(raw)
+        if client_id is None:
+            client_id = _client_id(raw)
     flexible = _flexible.get((api_key, version))
     if flexible is None:
         try:
@@ -82,7 +86,7 @@ def read_header(payload, flexible_lookup=is_flexible) -> RequestHeader:
         if flexible_lookup is is_flexible:
             _flexible[(api_key, version)] = flexible
     if flexible:
-        if pos < len(payload) and payload[pos] == 0:  # the common case: no tagged fields
+        if pos < end and payload[pos] == 0:  # the common case: no tagged fields
             pos += 1
         else:
             count, pos = read_uvarint(payload, pos)
@@ -99,13 +103,11 @@ _flexible: dict[tuple[int, int], bool] = {}  # (api key, version) -> flexible, f
 _client_ids: dict[bytes, str] = {}  # a connection sends the same client id with every request
 
 
-def _client_id(payload, pos: int, length: int) -> str:
-    raw = bytes(payload[pos : pos + length])
-    client_id = _client_ids.get(raw)
-    if client_id is None:
-        client_id = raw.decode("utf-8", "replace")
-        if len(_client_ids) < 1024:  # bounded: client ids are chosen by clients
-            _client_ids[raw] = client_id
+def _client_id(raw: bytes) -> str:
+    """A client id not seen yet: decoded, and remembered (a connection sends the same one with every request)."""
+    client_id = raw.decode("utf-8", "replace")
+    if len(_client_ids) < 1024:  # bounded: client ids are chosen by clients
+        _client_ids[raw] = client_id
     return client_id
 
 

@@ -148,9 +148,53 @@ def check_small(buf, max_message_bytes: int, compacted: bool) -> BatchSummary | 
     view = memoryview(buf)
     if _crc32c(view[21:]) != crc:
         return None
-    _walk(buf, view[HEADER_SIZE:], count, compacted, 0, None)
+    if count != 1 or not _plain_single_record(buf, total, compacted):
+        _walk(buf, view[HEADER_SIZE:], count, compacted, 0, None)
     return BatchSummary(1, count, count, max_ts if max_ts > -1 else -1, producer_id, producer_epoch, base_sequence,
                         base_sequence + last_delta if base_sequence >= 0 else -1, attributes, False)
+
+
+def _plain_single_record(buf, end: int, compacted: bool) -> bool:
+    """True when the one record of a batch (from ``HEADER_SIZE`` to ``end``) passes the record walk's rules in
+    its plainest encoding (an unbatched producer's): one- or two-byte lengths, a one-byte timestamp delta,
+    offset delta 0, no headers. False for anything else, valid or not: the walk then decides."""
+    pos = HEADER_SIZE
+    b = buf[pos]
+    if b < 0x80:
+        raw, pos = b, pos + 1
+    else:
+        c = buf[pos + 1]
+        if c >= 0x80:
+            return False
+        raw, pos = (b & 0x7F) | c << 7, pos + 2
+    if pos + ((raw >> 1) ^ -(raw & 1)) != end or pos + 6 > end:  # the record fills the batch exactly
+        return False
+    if buf[pos + 1] >= 0x80 or buf[pos + 2] != 0:  # a longer timestamp delta; offset delta other than 0
+        return False
+    b = buf[pos + 3]  # key length
+    if b >= 0x80:
+        return False
+    key_length = (b >> 1) ^ -(b & 1)
+    if key_length < 0:
+        if compacted:
+            return False
+        pos += 4
+    else:
+        pos += 4 + key_length
+    if pos + 2 > end:
+        return False
+    b = buf[pos]  # value length
+    if b < 0x80:
+        raw, pos = b, pos + 1
+    else:
+        c = buf[pos + 1]
+        if c >= 0x80:
+            return False
+        raw, pos = (b & 0x7F) | c << 7, pos + 2
+    value_length = (raw >> 1) ^ -(raw & 1)
+    if value_length > 0:
+        pos += value_length
+    return pos + 1 == end and buf[pos] == 0  # no headers, and nothing after them
 
 
 def check_records(buf, max_message_bytes: int, compacted: bool = False, budget: int | None = None,
