@@ -32,6 +32,17 @@ def short_rev(name: str) -> str:
                           text=True).stdout.strip()
 
 
+def warm(platform_dir: Path) -> None:
+    """Compile an extracted tree's modules and its numba kernels now, as ``scripts/setup`` does for the working
+    tree: otherwise the first broker of that tree compiles them in a background thread while it is measured
+    (about 2 CPU-seconds here), which made the first "before" round of every side-by-side run slower."""
+    env = dict(os.environ, PYTHONPATH=str(platform_dir))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(platform_dir)], env=env, check=False,
+                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "broker.protocol.kernels"], env=env, check=False, capture_output=True,
+                   cwd=platform_dir)  # an older tree without the kernels: nothing to do
+
+
 def alternate(before_rev: str, rounds: int, measure: Callable[[Path, Path], dict], prefix: str,
               on_result: Callable[[int, str, dict], None] = lambda *_: None) -> dict[str, list[dict]]:
     """``measure(workdir, platform_dir)`` for "before" (``before_rev``'s platform/) and "after" (this tree's),
@@ -43,6 +54,7 @@ def alternate(before_rev: str, rounds: int, measure: Callable[[Path, Path], dict
         archive = subprocess.run(["git", "archive", before_rev, "platform"], cwd=REPO, check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        warm(old / "platform")
         variants = {"before": old / "platform", "after": REPO / "platform"}
         runs: dict[str, list[dict]] = {name: [] for name in variants}
         for i in range(1, rounds + 1):
