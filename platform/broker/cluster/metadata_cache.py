@@ -117,8 +117,11 @@ class ClusterMetadata:
         self.assignments[topic] = assignment
         info = self.topics.get(topic)
         rf = len(next(iter(assignment.partitions.values()), []))
-        configs = info.configs if info else self._pending_configs.pop(topic, {})
+        pending = None if info else self._pending_configs.pop(topic, None)
+        configs = info.configs if info else (pending or {})
         self.topics[topic] = TopicInfo(topic, len(assignment.partitions), assignment.topic_id, configs, rf)
+        if pending:  # the configs arrived before the topic: logs already open take them now
+            self.on_config(topic)
         for p in assignment.partitions:
             if (topic, p) not in self._watched_states:
                 self._watched_states.add((topic, p))

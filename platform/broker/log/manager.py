@@ -119,9 +119,14 @@ class LogManager:
         return (topic, partition) in self.offline
 
     def create(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log, created if needed. A log already open (left by a topic of the same name whose
+        deletion a crash interrupted, or by a replica that leads again) takes the topic's configs now: Produce
+        reads the configs it enforces (size cap, compaction's keys, timestamps) from the log."""
         key = (topic, partition)
         if key in self.logs:
-            return self.logs[key]
+            plog = self.logs[key]
+            plog.config = self.config_for(topic)
+            return plog
         if key in self.offline:
             raise OfflineLog(f"{topic}-{partition} is offline: {self.offline[key]}")
         counts = {d: 0 for d in self.log_dirs}
