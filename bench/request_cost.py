@@ -27,29 +27,29 @@ from paper_benchmark import SIZE, per_request, produce_requests  # noqa: E402
 from support import BrokerProcess, free_port, wait_for_port  # noqa: E402
 
 
-def launch(broker: BrokerProcess, platform_dir: Path) -> BrokerProcess:
-    """Start ``broker`` (configured, not started) with the code under ``platform_dir``."""
+def launch(broker: BrokerProcess, platform_dir: Path, python: str = sys.executable) -> BrokerProcess:
+    """Start ``broker`` (configured, not started) with the code under ``platform_dir``, run by ``python``."""
     broker.write_config()
     env = dict(os.environ, PYTHONPATH=str(platform_dir))
     with open(broker.output, "ab") as out:
-        broker.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "broker", str(broker.config_path)],
+        broker.proc = subprocess.Popen([python, "-m", "logbus.cli", "broker", str(broker.config_path)],
                                        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=broker.workdir)
     wait_for_port(broker.host, broker.port, proc=broker.proc)
     return broker
 
 
-def start_broker(workdir: Path, platform_dir: Path) -> tuple[BrokerProcess, str]:
+def start_broker(workdir: Path, platform_dir: Path, python: str = sys.executable) -> tuple[BrokerProcess, str]:
     """A standalone broker running the code under ``platform_dir``; (broker, its metrics URL)."""
     metrics_port = free_port()
     broker = BrokerProcess(workdir, num_partitions=1, metrics_listener=f"http://127.0.0.1:{metrics_port}")
-    return launch(broker, platform_dir), f"http://127.0.0.1:{metrics_port}/metrics"
+    return launch(broker, platform_dir, python), f"http://127.0.0.1:{metrics_port}/metrics"
 
 
 PRODUCERS = ("batch1", "batch50")  # the paper benchmark's unbatched producer, and its batch-50 one (regressions)
 
 
-def measure(workdir: Path, platform_dir: Path, messages: int) -> dict:
-    broker, metrics_url = start_broker(workdir, platform_dir)
+def measure(workdir: Path, platform_dir: Path, messages: int, python: str = sys.executable) -> dict:
+    broker, metrics_url = start_broker(workdir, platform_dir, python)
     out = {}
     try:
         time.sleep(1)  # start-up work settles
