@@ -56,6 +56,10 @@ class Kafka:
         pattern = re.compile(rf"group {re.escape(group)}: generation (\d+)")
         return sorted(int(g) for b in self.brokers for g in pattern.findall(b.log_text()))
 
+    def group_log(self, group: str) -> str:
+        """The brokers' log lines about ``group`` (printed when a test fails: joins, assignments, expiries)."""
+        return "\n".join(line for b in self.brokers for line in b.log_text().splitlines() if f"group {group}:" in line)
+
     def zk_children(self, path: str) -> list[str]:
         zk = self.cluster.zk()
         try:
@@ -279,7 +283,11 @@ def test_kafka_python_static_leader_restarted_keeps_its_partitions_and_the_gener
             for c in consumers:
                 c.poll(timeout_ms=100)
             return predicate()
-        wait_until(step, 30, interval=0, what=what)
+        try:
+            wait_until(step, 30, interval=0, what=what)
+        except TimeoutError:
+            print(f"the broker's log of group {group}:\n{standalone.group_log(group)}")  # shown with the failure
+            raise
 
     leader_events, follower_events = Recorder(), Recorder()
     leader = consumer("kp-leader", leader_events)

@@ -235,3 +235,23 @@ def test_a_second_process_with_the_same_instance_id_fences_the_first_one_waiting
         await join(coord, r1.member_id, "a")
         assert (await other).generation == 2
     run(body)
+
+
+def test_the_leaders_sync_answers_every_waiting_member_and_says_how_many(caplog):
+    """A follower's SyncGroup that came first waits for the leader's; the leader's answers both, and the broker's log
+    says so (the line a failed client test prints, to tell a SyncGroup never sent from one never answered)."""
+    async def body(coord):
+        r1, r2 = await asyncio.gather(join(coord, instance="a"), join(coord, instance="b"))
+        leader = r1 if r1.member_id == r1.leader else r2
+        follower = r2 if leader is r1 else r1
+        waiting = asyncio.ensure_future(coord.sync("g", follower.member_id, 1, {}))
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and coord.groups["g"].state == COMPLETING
+        plan = {leader.member_id: assignment("t", 0), follower.member_id: assignment("t", 1)}
+        with caplog.at_level("INFO", logger="broker.groups.coordinator"):
+            assert await coord.sync("g", leader.member_id, 1, plan) == (ErrorCode.none, assignment("t", 0))
+        assert await waiting == (ErrorCode.none, assignment("t", 1))
+        assert "generation 1 assigned by its leader (2 of 2 member(s) given an assignment); 2 waiting" in caplog.text
+        # a member's SyncGroup after the assignment is answered at once
+        assert await coord.sync("g", follower.member_id, 1, {}) == (ErrorCode.none, assignment("t", 1))
+    run(body)

@@ -199,7 +199,10 @@ class GroupCoordinator:
         future = asyncio.get_running_loop().create_future()
         member.sync_future = future
         if member_id == group.leader:
-            group.complete_sync(assignments)
+            answered = group.complete_sync(assignments)
+            log.info("group %s: generation %d assigned by its leader (%d of %d member(s) given an assignment); "
+                     "%d waiting SyncGroup(s) answered, the leader's included", group.group_id, group.generation,
+                     sum(1 for m in group.members.values() if m.assignment), len(group.members), answered)
         return await future
 
     def heartbeat(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> ErrorCode:

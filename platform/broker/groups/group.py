@@ -223,16 +223,20 @@ class Group:
         preference = [n for n, _ in first.protocols]
         return max(votes, key=lambda n: (votes[n], -preference.index(n) if n in preference else -len(preference)))
 
-    def complete_sync(self, assignments: dict[str, bytes]) -> None:
+    def complete_sync(self, assignments: dict[str, bytes]) -> int:
+        """The leader's assignment: every member's SyncGroup waiting for it is answered. Returns how many were."""
         for m in self.members.values():
             m.assignment = assignments.get(m.member_id, b"")
         self.state = STABLE
+        answered = 0
         for m in self.members.values():
             if m.sync_future is not None and not m.sync_future.done():
                 m.sync_future.set_result((ErrorCode.none, m.assignment))
+                answered += 1
             m.sync_future = None
         if self.on_stable is not None:
             self.on_stable(self)
+        return answered
 
     def expired(self, now: float) -> list[str]:
         """Members whose session timed out (not those waiting in a join: the rebalance timeout covers them)."""
