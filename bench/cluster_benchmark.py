@@ -57,10 +57,17 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | Non
     """One run: {"msg_s", "max_in_flight" (ProduceRequests awaiting an answer, from librdkafka's statistics),
     "cpu_s" (CPU seconds of each process in ``pids`` during the run)}. ``partition``: -1 = the partitioner's."""
     in_flight = [0]
+    last: dict = {}  # the last statistics of the run: round trips and batch sizes (librdkafka's windows)
 
     def stats(text: str) -> None:
-        for b in json.loads(text)["brokers"].values():
+        s = json.loads(text)
+        for b in s["brokers"].values():
             in_flight[0] = max(in_flight[0], b["waitresp_cnt"])
+        leader = max(s["brokers"].values(), key=lambda b: b["tx"])  # the broker the batches went to
+        batches = s["topics"].get(topic, {}).get("batchcnt", {})
+        if leader["rtt"]["cnt"] and batches.get("cnt"):
+            last.update(rtt_ms_p50=leader["rtt"]["p50"] / 1000, rtt_ms_p99=leader["rtt"]["p99"] / 1000,
+                        batch_messages=batches["avg"])
 
     producer = Producer({"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 1_000_000,
                          "statistics.interval.ms": 200, "stats_cb": stats, **conf})
@@ -81,7 +88,7 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | Non
     if producer.flush(300) != 0:
         raise RuntimeError("messages left undelivered")
     rate = count / (time.perf_counter() - start)
-    return {"msg_s": rate, "max_in_flight": in_flight[0],
+    return {"msg_s": rate, "max_in_flight": in_flight[0], **last,
             "cpu_s": {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}}
 
 
@@ -158,6 +165,10 @@ def main() -> int:
             for key, outcomes in runs.items():
                 results[key + "_msg_s"] = spread([o["msg_s"] for o in outcomes])
                 results[key + "_max_in_flight"] = max(o["max_in_flight"] for o in outcomes)
+                for measure in ("rtt_ms_p50", "batch_messages"):
+                    values = [o[measure] for o in outcomes if measure in o]
+                    if values:
+                        results[f"{key}_{measure}"] = statistics.median(values)
                 results[key + "_cpu_s_per_million"] = {
                     name: statistics.median(o["cpu_s"].get(name, 0.0) for o in outcomes) * 1e6 / args.messages
                     for name in outcomes[0]["cpu_s"]}
@@ -185,24 +196,33 @@ def write(r: dict, out: Path) -> None:
         "# Replication on a local 3-broker cluster (real ZooKeeper, 3 broker processes, one 2-core machine)", "",
         f"Command: `{r['command']}`; {r['messages']:,} messages of {SIZE} bytes per run, one confluent-kafka "
         "producer with librdkafka's default batching; the settings' runs alternate; median [min–max].", "",
-        "| setting | msg/s | MB/s | most requests in flight |", "|---|---|---|---|",
+        "| setting | msg/s | MB/s | most requests in flight | round trip p50, ms | messages per batch |",
+        "|---|---|---|---|---|---|",
     ]
     for key, label in rows:
         if key + "_msg_s" not in r:
             continue
         m = r[key + "_msg_s"]
         flight = r.get(key + "_max_in_flight", "")
+        rtt = f"{r[key + '_rtt_ms_p50']:.2f}" if key + "_rtt_ms_p50" in r else ""
+        batch = f"{r[key + '_batch_messages']:,.0f}" if key + "_batch_messages" in r else ""
         lines.append(f"| {label} | {m['median']:,.0f} [{m['min']:,.0f}–{m['max']:,.0f}] | "
-                     f"{m['median'] * SIZE / 1e6:.1f} | {flight} |")
-    lines += [f"| ratio acks=all RF 3 / acks=1 RF 1 | {b['median'] / a['median']:.2f}x | | |", ""]
+                     f"{m['median'] * SIZE / 1e6:.1f} | {flight} | {rtt} | {batch} |")
+    lines += [f"| ratio acks=all RF 3 / acks=1 RF 1 | {b['median'] / a['median']:.2f}x | | | | |", ""]
+    if "acksall_rf3_rtt_ms_p50" in r:
+        lines += [
+            "Round trip and batch size: librdkafka's statistics at the end of each run (`rtt` p50 of the leader's "
+            "connection: a ProduceRequest sent to its answer, as the client sees it; `batchcnt` average), median "
+            "of the runs.", ""]
     if "acksall_rf1_idempotent_msg_s" in r:
         ceiling = r["acksall_rf1_idempotent_msg_s"]["median"]
         lines += [
             "The diagnostic rows do not enter the ratio. librdkafka's idempotent producer counts *messages* in flight "
             "per partition against a limit of 5, so with batches of thousands of messages it keeps one "
-            f"ProduceRequest in flight (measured here: at most {r['acksall_rf3_max_in_flight']} for the goal's "
-            f"setting, {r['acks1_rf1_max_in_flight']} for acks=1) and acks=all idempotent runs at one batch per "
-            f"round trip. With nothing to replicate (RF 1) that is {ceiling:,.0f} msg/s, "
+            "ProduceRequest in flight (librdkafka's pull request #4989, open: \"the librdkafka implementation sends "
+            f"only one produce request at a time\"; measured here: at most {r['acksall_rf3_max_in_flight']} for "
+            f"the goal's setting, {r['acks1_rf1_max_in_flight']} for acks=1) and acks=all idempotent runs at one "
+            f"batch per round trip. With nothing to replicate (RF 1) that is {ceiling:,.0f} msg/s, "
             f"{ceiling / a['median']:.2f}x of acks=1 RF 1; replicating to two followers costs "
             f"{1 - b['median'] / ceiling:.0%} of that.", ""]
     cpu_keys = [key for key, _ in rows if key + "_cpu_s_per_million" in r]
