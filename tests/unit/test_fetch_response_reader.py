@@ -8,7 +8,8 @@ import io
 import sys
 
 import pytest
-from broker.protocol import codec, fetch_response
+from broker.protocol import codec, fetch_response, records
+from broker.protocol.batch_builder import build_batch
 from broker.protocol.guard import MalformedRequest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,6 +142,61 @@ def test_kio_writer_is_what_the_test_thinks():
                                                        records=b"r"),)),))
     buf = io.BytesIO()
     codec._writer(1, 12)(buf, response)  # noqa: SLF001
-    assert b"\x01\x00" in buf.getvalue()  # one tagged field, tag 0 (diverging_epoch)
+    assert b"\x01\x00\x0d" in buf.getvalue()  # one tagged field, tag 0 (diverging_epoch), 13 bytes
     _, mine = fetch_response.decode_v12(kio_frame(9, response))
     assert bytes(mine.responses[0].partitions[0].records) == b"r"
+
+
+def _tags(n: int) -> bytes:
+    """A tag section of ``n`` unknown fields (tags 20, 21, ...; 3 bytes each)."""
+    return bytes([n]) + b"".join(bytes([20 + i, 3]) + b"xyz" for i in range(n))
+
+
+def _frame(tags: int, aborted: list | None, data: bytes | None) -> bytes:
+    """A Fetch v12 response of one topic and one partition, built field by field, with ``tags`` unknown tagged
+    fields in every tag section: the header's, each aborted transaction's, the partition's, the topic's, the
+    body's (the encoders above write most of them empty)."""
+    import struct
+    out = struct.pack(">i", 42) + _tags(tags) + struct.pack(">ihi", 5, 0, 77)
+    out += b"\x02" + b"\x02t" + b"\x02"  # one topic "t", one partition
+    out += struct.pack(">ihqqq", 3, 0, 100, 90, 7)
+    if aborted is None:
+        out += b"\x00"
+    else:
+        out += bytes([len(aborted) + 1])
+        for producer_id, first in aborted:
+            out += struct.pack(">qq", producer_id, first) + _tags(tags)
+    out += struct.pack(">i", -1)
+    out += b"\x00" if data is None else bytes([len(data) + 1]) + data
+    return out + _tags(tags) + _tags(tags) + _tags(tags)  # partition, topic, body
+
+
+@pytest.mark.parametrize("tags", [0, 1, 2])
+@pytest.mark.parametrize("aborted", [None, [], [(9, 4), (10, 6)]])
+@pytest.mark.parametrize("data", [None, b"", b"batch-bytes"])
+def test_tag_sections_at_every_level(tags, aborted, data):
+    correlation_id, response = fetch_response.decode_v12(_frame(tags, aborted, data))
+    assert correlation_id == 42
+    assert (response.throttle_time_ms, response.error_code, response.session_id) == (5, 0, 77)
+    (topic,) = response.responses
+    (p,) = topic.partitions
+    assert topic.topic == "t"
+    assert (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+            p.preferred_read_replica) == (3, 0, 100, 90, 7, -1)
+    assert p.aborted_transactions == (None if aborted is None else list(aborted))
+    assert (None if p.records is None else bytes(p.records)) == data
+    if tags == 0 and data is not None:  # kio reads the same frame alike
+        _, theirs = kio_read(_frame(0, aborted, data))
+        same(response, theirs)
+
+
+def test_a_batch_length_no_batch_can_have_ends_the_whole_batches():
+    """A fetched records section whose second batch claims a negative or too short length: the first batch is
+    handed on, the rest is not, and the scan ends (a negative length used to make it stand still: a follower's
+    event loop hung on such a response)."""
+    import struct
+    batch = build_batch([b"v"], timestamp_ms=1)
+    assert records.whole_batches_length(batch + batch) == 2 * len(batch)
+    for bad_length in (-12, -13, -1, 0, 48):
+        broken = batch + struct.pack(">qi", 0, bad_length) + bytes(64)
+        assert records.whole_batches_length(broken) == len(batch)

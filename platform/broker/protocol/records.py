@@ -182,11 +182,13 @@ def crc_ok(buf, pos: int, size: int) -> bool:
 
 
 def whole_batches_length(buf) -> int:
-    """Bytes of ``buf`` taken by whole batches (a fetch response may end inside one)."""
+    """Bytes of ``buf`` taken by whole batches (a fetch response may end inside one). A length no batch can have
+    (shorter than a batch header: negative lengths made this loop stand still or walk backwards) ends them too:
+    what follows is not handed on, and the validation of the bytes before it is unchanged."""
     pos, total = 0, len(buf)
     while pos + LOG_OVERHEAD <= total:
         _, length = _PREFIX.unpack_from(buf, pos)
-        if pos + LOG_OVERHEAD + length > total:
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > total:
             break
         pos += LOG_OVERHEAD + length
     return pos
