@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from broker.protocol.codec import write_uvarint
 from broker.protocol.guard import MalformedRequest, read_uvarint
+from broker.protocol.guard import skip_tags as _skip_tags
 
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, hw, lso
@@ -128,17 +129,6 @@ class FetchedResponse:
     def __init__(self, throttle_time_ms: int, error_code: int, session_id: int, responses: tuple):
         self.throttle_time_ms, self.error_code, self.session_id = throttle_time_ms, error_code, session_id
         self.responses = responses
-
-
-def _skip_tags(buf, pos: int, end: int) -> int:
-    count, pos = read_uvarint(buf, pos, end)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos, end)
-        size, pos = read_uvarint(buf, pos, end)
-        pos += size
-        if pos > end:
-            raise MalformedRequest("tagged field runs past the frame")
-    return pos
 
 
 def _compact_count(buf, pos: int, end: int, what: str, nullable: bool = False) -> tuple[int, int]:

@@ -82,6 +82,21 @@ def read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
             raise MalformedRequest("varint longer than 5 bytes")
 
 
+def skip_tags(buf, pos: int, end: int) -> int:
+    """The position after a tagged-field section at ``pos`` whose fields are all skipped (the hand decoders'
+    messages carry no tagged field they read); a count or a size past ``end`` is MalformedRequest."""
+    count, pos = read_uvarint(buf, pos, end)
+    if count > end - pos:
+        raise MalformedRequest(f"{count} tagged fields but only {end - pos} bytes remain")
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos, end)
+        size, pos = read_uvarint(buf, pos, end)
+        if size > end - pos:
+            raise MalformedRequest(f"tagged field {tag}: size {size} but only {end - pos} bytes remain")
+        pos += size
+    return pos
+
+
 _INT16 = struct.Struct(">h").unpack_from
 _INT32 = struct.Struct(">i").unpack_from
 

@@ -25,6 +25,7 @@ import struct
 
 from broker.protocol.guard import MalformedRequest
 from broker.protocol.guard import read_uvarint as _uvarint
+from broker.protocol.guard import skip_tags as _skip_tags
 
 VERSIONS = range(3, 10)
 _I16 = struct.Struct(">h").unpack_from
@@ -66,19 +67,6 @@ class PartitionProduceData:
 
     def __repr__(self) -> str:
         return f"PartitionProduceData(index={self.index}, records=<{None if self.records is None else len(self.records)} bytes>)"
-
-
-def _skip_tags(buf, pos: int, end: int) -> int:
-    count, pos = _uvarint(buf, pos, end)
-    if count > end - pos:
-        raise MalformedRequest(f"{count} tagged fields but only {end - pos} bytes remain")
-    for _ in range(count):
-        tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        if size > end - pos:
-            raise MalformedRequest(f"tagged field {tag}: size {size} but only {end - pos} bytes remain")
-        pos += size
-    return pos
 
 
 def _bad_count(name: str, count: int, remaining: int) -> MalformedRequest:
