@@ -85,6 +85,10 @@ def run_logbus(work: Path, args: argparse.Namespace) -> dict:
         log("logbus", "consumer", out["consumer"])
         out["consumer_kcat"] = logbus_side.consume_kcat(broker, "bench-batch50", args.messages, SIZE)
         log("logbus", "consumer_kcat", out["consumer_kcat"])
+        # the same consumer on the topic kcat produced: batches of thousands of records (librdkafka's batching),
+        # where the batch-50 topic above has 20,000 batches of 50 per million messages
+        out["consumer_kcat_batched"] = logbus_side.consume_kcat(broker, "bench-kcat", args.messages, SIZE)
+        log("logbus", "consumer_kcat_batched", out["consumer_kcat_batched"])
         out["latency"] = logbus_side.latency(broker, "bench-latency", args.latency_rate, args.latency_seconds, SIZE)
         log("logbus", "latency", out["latency"])
     finally:

@@ -86,6 +86,9 @@ def write(results: dict, out: Path) -> None:
         PAPER["consumer"])
     row("Consumer, msg/s (logbus: kcat)", lb("consumer_kcat", "msg_per_s"), "consumer", "msg_per_s",
         PAPER["consumer"])
+    if lb("consumer_kcat_batched", "msg_per_s"):  # results before this row existed do not have it
+        row("Consumer, msg/s (logbus: kcat, of the kcat producer's topic: librdkafka's batches)",
+            lb("consumer_kcat_batched", "msg_per_s"), "consumer", "msg_per_s", PAPER["consumer"])
     row("Bytes on disk per 200-byte message, batch 1", lb("producer_batch1", "disk_bytes_per_msg"), "producer",
         "disk_bytes_per_msg", None, "{:.1f}")
     row("Bytes on disk per 200-byte message, batch 50", lb("producer_batch50", "disk_bytes_per_msg"), "producer",
@@ -128,7 +131,10 @@ def write(results: dict, out: Path) -> None:
         ("broker CPU ≤ 20 µs per unbatched request", lb("producer_batch1", "broker_cpu_us_per_request"), -20.0,
          "{:.1f} µs"),
         ("batched produce with kcat ≥ 2,000,000 msg/s", lb("producer_kcat", "msg_per_s"), 2_000_000, "{:,.0f}"),
-        ("consume with kcat ≥ 4,000,000 msg/s", lb("consumer_kcat", "msg_per_s"), 4_000_000, "{:,.0f}"),
+        ("consume with kcat ≥ 4,000,000 msg/s (the batch-50 topic)", lb("consumer_kcat", "msg_per_s"), 4_000_000,
+         "{:,.0f}"),
+        ("consume with kcat ≥ 4,000,000 msg/s (the kcat producer's topic)", lb("consumer_kcat_batched", "msg_per_s"),
+         4_000_000, "{:,.0f}"),
     ]
     lines += ["", "## Issue 20's broker goals in this run (medians)", "", "| goal | measured | met |", "|---|---|---|"]
     for label, vals, target, fmt in goals:
@@ -148,6 +154,7 @@ def write(results: dict, out: Path) -> None:
     phases = [("logbus", "producer_batch1", "producer, batch 1"), ("logbus", "producer_batch50", "producer, batch 50"),
               ("logbus", "producer_default", "producer, default batching"), ("logbus", "producer_kcat", "producer (kcat)"),
               ("logbus", "consumer", "consumer (confluent-kafka)"), ("logbus", "consumer_kcat", "consumer (kcat)"),
+              ("logbus", "consumer_kcat_batched", "consumer (kcat, the kcat producer's topic)"),
               ("rabbitmq", "producer", "producer"), ("rabbitmq", "consumer", "consumer"),
               ("activemq", "producer", "producer"), ("activemq", "consumer", "consumer")]
     for system, phase, label in phases:
