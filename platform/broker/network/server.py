@@ -11,8 +11,12 @@ hundreds in flight) costs one read, not two ``readexactly`` per frame; their ans
 (:class:`Responses`). A frame that is not whole yet is completed with exactly its missing bytes, so a frame
 dribbled in many pieces is not copied again with each piece.
 
+A frame larger than ``READ_CHUNK`` and at most ``POOL_FREE_BYTES`` on a plain connection (a batched producer's
+Produce request) is received by the kernel straight into a buffer reused across requests (:mod:`broker.network.receive`).
+
 Memory is bounded: a frame's bytes are read in chunks of at most ``READ_CHUNK`` and only as they arrive (a size
-prefix alone allocates nothing), and frames larger than ``POOL_FREE_BYTES`` reserve their size from a pool of
+prefix alone allocates nothing, except on the receive path above: a buffer of the frame's size, at most
+``POOL_FREE_BYTES`` a connection, as Kafka allocates a request's size once its prefix is read), and frames larger than ``POOL_FREE_BYTES`` reserve their size from a pool of
 ``queued.max.request.bytes`` before the rest of them is read (at most one ``READ_CHUNK`` of a frame can have been
 read with the frames before it); the reservation is released once the request has been handled (Kafka's memory
 pool: a connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow
@@ -51,6 +55,7 @@ from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
 from broker.handlers.api_versions import unsupported_version_response
 from broker.network.quotas import ConnectionQuotas
+from broker.network.receive import FrameFiller, ReceiveBuffers
 from broker.network.session import Session, current_session  # noqa: F401  (re-exported for the SASL handlers)
 from broker.protocol import codec
 from broker.protocol.codec import MalformedRequest
@@ -164,6 +169,25 @@ class Responses:
         self.parts, self.size, self.count = [], 0, 0
 
 
+async def _receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, buf: bytearray, head, size: int):
+    """A frame of ``size`` bytes into ``buf``: ``head`` (already read), then what the stream reader holds, then the
+    rest straight from the socket (:class:`~broker.network.receive.FrameFiller`). A read-only view of the frame."""
+    view = memoryview(buf)[:size]
+    filled = len(head)
+    view[:filled] = head
+    while filled < size and (reader._buffer or reader.at_eof()):  # noqa: SLF001 - what the reader holds already
+        chunk = await reader.read(size - filled)
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", size)
+        view[filled:filled + len(chunk)] = chunk
+        filled += len(chunk)
+    if filled < size:
+        if writer.transport.is_closing() or reader.exception() is not None:  # gone before the rest could come
+            raise ConnectionError("connection lost in a request frame")
+        await FrameFiller.fill(writer.transport, view, filled)
+    return view.toreadonly()  # kio reads only read-only buffers
+
+
 class KafkaListener:
     def __init__(self, broker, host: str, port: int, max_request_bytes: int, pool: MemoryPool | None = None,
                  name: str = "PLAINTEXT", quotas: ConnectionQuotas | None = None):
@@ -177,6 +201,7 @@ class KafkaListener:
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._closing = False
+        self.buffers = ReceiveBuffers()
         config = getattr(broker, "config", None)
         self.protocol = config.listener_protocol(name) if config is not None else "PLAINTEXT"
 
@@ -240,6 +265,8 @@ class KafkaListener:
                           tls.peer_principal(ssl_object) if ssl_object is not None else "User:ANONYMOUS", ip)
         current_session.set(session)
         responses = Responses(writer)
+        encrypted = ssl_object is not None
+        received = None  # the reused buffer a large frame was received into (plain connections)
         data, pos = b"", 0  # bytes read from the socket and not handled yet: data[pos:]
         try:
             while not self._closing:
@@ -263,6 +290,10 @@ class KafkaListener:
                     # copied again with every piece
                     data, pos = data[pos:] + await reader.readexactly(size - (have - 4)), 0
                     continue
+                elif size <= POOL_FREE_BYTES and not encrypted:  # a batched producer's request: straight into a buffer
+                    received = self.buffers.take(size)
+                    payload = await _receive(reader, writer, received, data[start:], size)
+                    data, pos = b"", 0
                 else:
                     reserved = await self.pool.reserve(size) if size > POOL_FREE_BYTES else 0
                     try:
@@ -282,6 +313,9 @@ class KafkaListener:
                 finally:
                     if reserved:
                         await self.pool.release(reserved)
+                if received is not None:
+                    self.buffers.give(received)  # kept only if no view of it outlived the request
+                    received = None
                 if parts is not None:
                     if len(parts) == 1 and type(parts[0]) is bytes:  # the common answer: one small frame
                         responses.add_bytes(parts[0])

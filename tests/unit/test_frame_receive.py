@@ -1,0 +1,103 @@
+"""Large request frames received straight into reused buffers (broker.network.receive, used by the listener for
+frames between READ_CHUNK and POOL_FREE_BYTES): over real loopback sockets, a frame arrives whole however it is cut,
+what follows it stays for the stream reader, and a connection that ends mid-frame fails the read. The buffer cache
+reuses a buffer only when no view of it is left."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from broker.network import server
+from broker.network.receive import ReceiveBuffers
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+
+async def _listen(handle):
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return srv, srv.sockets[0].getsockname()[1]
+
+
+def _run_receive(chunks: list[bytes], size: int, head_len: int, then_close: bool = False, after: bytes = b"",
+                 trailing: int = 0):
+    """A client sends ``chunks`` (with pauses) then ``after``; the server reads ``head_len`` bytes with the stream
+    reader, then ``_receive``s the frame of ``size`` bytes, then reads what follows with the stream reader again
+    (``trailing`` bytes of the chunks, then ``after``). {frame, readonly, after} or {error}."""
+    out: dict = {}
+
+    async def main():
+        done = asyncio.get_running_loop().create_future()
+
+        async def handle(reader, writer):
+            try:
+                head = await reader.readexactly(head_len)
+                buf = ReceiveBuffers().take(size)
+                view = await server._receive(reader, writer, buf, head, size)
+                out["frame"] = bytes(view)
+                out["readonly"] = view.readonly
+                out["after"] = await reader.readexactly(trailing + len(after)) if trailing + len(after) else b""
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                out["error"] = exc
+            finally:
+                writer.close()
+                done.set_result(None)
+
+        srv, port = await _listen(handle)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for chunk in chunks:
+            writer.write(chunk)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        if then_close:
+            writer.close()
+        else:
+            writer.write(after)
+            await writer.drain()
+        await asyncio.wait_for(done, 10)
+        writer.close()
+        srv.close()
+        await srv.wait_closed()
+
+    asyncio.run(main())
+    return out
+
+
+def test_a_frame_cut_in_many_pieces_arrives_whole_and_the_next_bytes_stay_with_the_stream():
+    frame = os.urandom(700_000)
+    cuts = [frame[:10], frame[10:300_000], frame[300_000:300_001], frame[300_001:]]
+    out = _run_receive(cuts, len(frame), head_len=10, after=b"next frame's bytes")
+    assert "error" not in out
+    assert out["frame"] == frame and out["readonly"]
+    assert out["after"] == b"next frame's bytes"  # nothing past the frame was taken by the filler
+
+
+def test_a_frame_already_buffered_by_the_stream_reader_is_taken_from_it_first():
+    frame = os.urandom(400_000)
+    out = _run_receive([frame + b"tail"], len(frame), head_len=4, trailing=4)
+    assert out["frame"] == frame and out["after"] == b"tail"
+
+
+def test_a_connection_that_ends_mid_frame_fails_the_read():
+    frame = os.urandom(600_000)
+    out = _run_receive([frame[:350_000]], len(frame), head_len=100, then_close=True)
+    assert isinstance(out.get("error"), (asyncio.IncompleteReadError, ConnectionError))
+
+
+def test_buffers_are_reused_only_when_no_view_of_them_is_left():
+    buffers = ReceiveBuffers()
+    first = buffers.take(500_000)
+    assert len(first) == 500_000
+    assert buffers.give(first)
+    assert buffers.take(400_000) is first  # large enough: reused
+    kept = memoryview(first)[:10]  # a handler that keeps a slice of the frame
+    assert not buffers.give(first)
+    kept.release()
+    assert buffers.give(first)
+    assert buffers.take(600_000) is not first  # too small for this frame: a new one
+    assert not buffers.give(bytearray(ReceiveBuffers.MAX_BYTES + 1))  # too large to keep
+    for _ in range(ReceiveBuffers.CACHED):
+        buffers.give(bytearray(10))
+    assert not buffers.give(bytearray(10))  # enough are kept
