@@ -119,3 +119,73 @@ def test_a_stream_with_bytes_already_read_is_not_taken_over():
         server.close()
 
     asyncio.run(main())
+
+
+def test_the_last_frames_buffer_is_reused_only_once_nothing_refers_to_it():
+    """A new buffer's pages are faulted in every time, so the reader reuses the last frame's buffer; but never while
+    the caller holds that frame or a view of it, nor while it waits unread behind another one."""
+    first, second, third = os.urandom(50_000), os.urandom(30_000), os.urandom(40_000)
+
+    async def main():
+        sent = asyncio.Event()
+        go_on = asyncio.Event()
+
+        async def two_then_one(writer):
+            writer.write(frame(first) + frame(second))  # both queued in the reader before the caller reads
+            await writer.drain()
+            sent.set()
+            await go_on.wait()
+            writer.write(frame(third))
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        server, writer, reader = await pair(two_then_one)
+        await sent.wait()
+        await asyncio.sleep(0.2)
+        got_first = await asyncio.wait_for(reader.read_frame(), 10)  # kept as it is (no copy, no view)
+        got_second = await asyncio.wait_for(reader.read_frame(), 10)
+        view_of_second = memoryview(got_second)[:10]
+        assert bytes(got_first) == first  # the second frame, queued behind it, did not land in its buffer
+        del got_second  # only a view of it is left
+        go_on.set()
+        got_third = await asyncio.wait_for(reader.read_frame(), 10)
+        assert bytes(got_first) == first and bytes(view_of_second) == second[:10]  # neither was overwritten
+        assert bytes(got_third) == third
+        view_of_second.release()
+        del got_first, got_third
+        writer.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_a_dropped_frames_buffer_carries_the_next_frame_and_a_kept_one_does_not():
+    big, small, last = os.urandom(80_000), os.urandom(20_000), os.urandom(10_000)
+
+    async def main():
+        steps = [asyncio.Event(), asyncio.Event()]
+
+        async def one_at_a_time(writer):
+            for payload, step in ((big, None), (small, steps[0]), (last, steps[1])):
+                if step is not None:
+                    await step.wait()
+                writer.write(frame(payload))
+                await writer.drain()
+            await asyncio.sleep(5)
+
+        server, writer, reader = await pair(one_at_a_time)
+        kept = await asyncio.wait_for(reader.read_frame(), 10)  # held as it is: no view, nothing queued
+        steps[0].set()
+        second = await asyncio.wait_for(reader.read_frame(), 10)
+        assert bytes(kept) == big and bytes(second) == small  # the kept frame's buffer was not reused
+        assert not (isinstance(second, memoryview) and second.obj is kept)
+        assert reader._spare is second
+        del second  # dropped: its buffer carries the next frame
+        steps[1].set()
+        again = await asyncio.wait_for(reader.read_frame(), 10)
+        assert bytes(again) == last
+        assert isinstance(again, memoryview) and again.obj is reader._spare and len(again) == len(last)
+        writer.close()
+        server.close()
+
+    asyncio.run(main())

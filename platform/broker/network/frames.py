@@ -8,7 +8,10 @@ profile of a follower under an acks=all load the two copies were about 29% of it
 caller gets. The size prefix is read on its own (4 bytes), then the frame, exactly: nothing is read ahead, so a
 connection in lockstep (one request, one response) never holds more than the frame it is reading. A frame over
 ``DIRECT_MAX`` grows as its bytes arrive (one copy each, through a scratch buffer) rather than being allocated
-at the size its prefix claims.
+at the size its prefix claims. The buffer of the last frame (up to ``SPARE_MAX``) is reused for the next one
+once nothing refers to it any more (the caller has finished with that response): a new buffer's pages are faulted
+in again each time (about 0.44 ms per MB on this machine), a reused one's are not. A reused buffer larger than the
+frame is delivered as a ``memoryview`` of exactly the frame.
 
 The protocol is swapped in on a connected (and authenticated) transport with :func:`take_over`; it then owns the
 reads, the caller writes to the transport. A closed or aborted connection fails the pending and later reads with
@@ -18,8 +21,12 @@ ConnectionError. No I/O of its own: the transport does the reads.
 from __future__ import annotations
 
 import asyncio
+import sys
+
+from broker.network.receive import unshared
 
 DIRECT_MAX = 32 << 20  # frames up to this size get their whole buffer at once
+SPARE_MAX = 16 << 20  # the last frame's buffer is kept for the next one up to this size
 _SCRATCH = 1 << 20
 
 
@@ -29,6 +36,7 @@ class FrameReader(asyncio.BufferedProtocol):
         self._frames: list[bytearray] = []
         self._waiter: asyncio.Future | None = None
         self._error: BaseException | None = None
+        self._spare: bytearray | None = None
         self._size_prefix()
 
     # ---- the transport's side ------------------------------------------------------------------------------------
@@ -66,13 +74,25 @@ class FrameReader(asyncio.BufferedProtocol):
         if size == 0:
             self._deliver(bytearray())
         elif size <= DIRECT_MAX:
-            self._buf = bytearray(size)
+            self._buf = self._frame_buffer(size)
             self._view = memoryview(self._buf)
             self._pos = 0
             self._prefix = False
         else:
             self._grown, self._left = bytearray(), size
             self._view = memoryview(bytearray(_SCRATCH))
+
+    def _frame_buffer(self, size: int):
+        """The last frame's buffer again when it is large enough and nobody uses it any more, else a new one."""
+        spare = self._spare
+        # not while a frame waits to be read (it may be the spare), nor while anyone else holds it or a view of it
+        # (references: self._spare, this local, getrefcount's argument)
+        if (spare is not None and not self._frames and len(spare) >= size and sys.getrefcount(spare) <= 3
+                and unshared(spare)):
+            return spare if len(spare) == size else memoryview(spare)[:size]
+        buf = bytearray(size)
+        self._spare = buf if size <= SPARE_MAX else None
+        return buf
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
@@ -90,8 +110,9 @@ class FrameReader(asyncio.BufferedProtocol):
             self._waiter.set_result(None)
 
     # ---- the caller's side -----------------------------------------------------------------------------------------
-    async def read_frame(self) -> bytearray:
-        """The next whole frame (without its size prefix); raises ConnectionError once the connection is gone."""
+    async def read_frame(self) -> bytearray | memoryview:
+        """The next whole frame (without its size prefix); raises ConnectionError once the connection is gone. The
+        caller may keep it, or views of it, as long as it likes: its buffer is reused only once nothing refers to it."""
         while not self._frames:
             if self._error is not None:
                 raise ConnectionError(str(self._error) or "connection lost") from self._error

@@ -40,15 +40,23 @@ class ReceiveBuffers:
     def give(self, buf: bytearray) -> bool:
         """Keep ``buf`` for a later frame, unless it is too large, enough are kept, or a view of it is still alive
         (then it stays with whoever holds the view); True if kept."""
-        if len(buf) > self.MAX_BYTES or len(self._free) >= self.CACHED:
-            return False
-        try:  # a bytearray with a live export cannot change size: shrink by one and grow back (no reallocation)
-            del buf[-1]
-            buf.append(0)
-        except BufferError:
+        if len(buf) > self.MAX_BYTES or len(self._free) >= self.CACHED or not unshared(buf):
             return False
         self._free.append(buf)
         return True
+
+
+def unshared(buf: bytearray) -> bool:
+    """True if no view of ``buf`` is alive (nothing else can see it change). A bytearray with a live export cannot
+    change size, so it is shrunk by one byte and grown back (within its allocation: no copy)."""
+    if not buf:
+        return True
+    try:
+        del buf[-1]
+    except BufferError:
+        return False
+    buf.append(0)
+    return True
 
 
 class FrameFiller(asyncio.BufferedProtocol):

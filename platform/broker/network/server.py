@@ -12,15 +12,16 @@ hundreds in flight) costs one read, not two ``readexactly`` per frame; their ans
 dribbled in many pieces is not copied again with each piece.
 
 A frame larger than ``READ_CHUNK`` and at most ``POOL_FREE_BYTES`` on a plain connection (a batched producer's
-Produce request) is received by the kernel straight into a buffer reused across requests (:mod:`broker.network.receive`).
+Produce request) is received by the kernel straight into a buffer reused across requests
+(:mod:`broker.network.receive`).
 
 Memory is bounded: a frame's bytes are read in chunks of at most ``READ_CHUNK`` and only as they arrive (a size
 prefix alone allocates nothing, except on the receive path above: a buffer of the frame's size, at most
-``POOL_FREE_BYTES`` a connection, as Kafka allocates a request's size once its prefix is read), and frames larger than ``POOL_FREE_BYTES`` reserve their size from a pool of
-``queued.max.request.bytes`` before the rest of them is read (at most one ``READ_CHUNK`` of a frame can have been
-read with the frames before it); the reservation is released once the request has been handled (Kafka's memory
-pool: a connection waits, unread, while the pool is exhausted). Small frames skip the pool, so a few slow
-senders of huge frames cannot starve ordinary clients.
+``POOL_FREE_BYTES`` a connection, as Kafka allocates a request's size once its prefix is read), and frames larger
+than ``POOL_FREE_BYTES`` reserve their size from a pool of ``queued.max.request.bytes`` before the rest of them is
+read (at most one ``READ_CHUNK`` of a frame can have been read with the frames before it); the reservation is
+released once the request has been handled (Kafka's memory pool: a connection waits, unread, while the pool is
+exhausted). Small frames skip the pool, so a few slow senders of huge frames cannot starve ordinary clients.
 File regions in a response go out with ``sendfile`` (zero copy) when large enough to be worth it: directly while
 the socket takes them, through ``loop.sendfile`` once it is full.
 
