@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 import pytest
 
@@ -101,3 +102,58 @@ def test_buffers_are_reused_only_when_no_view_of_them_is_left():
     for _ in range(ReceiveBuffers.CACHED):
         buffers.give(bytearray(10))
     assert not buffers.give(bytearray(10))  # enough are kept
+
+
+def test_writes_while_a_frame_comes_in_still_pause_and_resume_the_streams_drain():
+    """A response that filled the socket before the frame began (the stream's protocol paused) and drained while
+    the frame came in: the resume must reach the stream's protocol, or every later drain waits for ever."""
+    size = 400_000
+    out: dict = {}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop_errors: list = []
+        loop.set_exception_handler(lambda _loop, context: loop_errors.append(context.get("message")))
+        paused_before = asyncio.Event()
+
+        async def handle(reader, writer):
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+            await reader.readexactly(4)
+            protocol = writer.transport.get_protocol()
+            writer.write(b"R" * 4_000_000)  # the client is not reading yet: the stream's protocol is paused
+            out["paused_before"] = protocol._paused
+            paused_before.set()
+            view = await server._receive(reader, writer, ReceiveBuffers().take(size), b"", size)
+            out["frame_ok"] = bytes(view) == b"F" * size
+            writer.write(b"x")
+            try:
+                await asyncio.wait_for(writer.drain(), 5)  # hung when the resume went to the filler
+                out["drained"] = True
+            except asyncio.TimeoutError:
+                out["drained"] = False
+            writer.close()
+
+        srv, port = await _listen(handle)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(size.to_bytes(4, "big"))
+        await writer.drain()
+        await paused_before.wait()
+        await asyncio.sleep(0.2)  # the filler is installed
+        assert await asyncio.wait_for(reader.readexactly(4_000_000), 10) == b"R" * 4_000_000  # drains meanwhile
+        await asyncio.sleep(0.1)
+        writer.write(b"F" * size)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b"x"
+        writer.close()
+        srv.close()
+        await srv.wait_closed()
+        out["loop_errors"] = loop_errors
+
+    asyncio.run(main())
+    assert out["paused_before"] and out["frame_ok"]
+    assert out["drained"]
+    assert out["loop_errors"] == []

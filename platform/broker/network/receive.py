@@ -7,13 +7,19 @@ and the frame's memory was new every time: past glibc's mmap threshold, which ``
 that large frames' memory goes back to the OS, every page of it was faulted in again (about 0.4 ms per MB here,
 measured in-process). For frames up to :data:`broker.network.server.POOL_FREE_BYTES`:
 
-- :class:`ReceiveBuffers` keeps a few frame buffers broker-wide (at most ``CACHED`` buffers of at most ``MAX_BYTES``)
+- :class:`ReceiveBuffers` keeps a few frame buffers per listener (at most ``CACHED`` buffers of at most ``MAX_BYTES``)
   and hands one out for each large frame; a buffer comes back only when no view of it outlives the request (a
   handler that kept a slice of the frame keeps the buffer too: it is simply not reused).
 - :class:`FrameFiller` is swapped in as the transport's protocol while such a frame is incomplete, so the kernel
   copies the frame's bytes into the buffer (``recv_into``) and nothing else touches them. Each buffer it offers ends
   where the frame does, so nothing past the frame is read; the stream's protocol is swapped back in the same read
-  event that completes the frame. Plain connections only (a TLS transport decrypts into its own buffers).
+  event that completes the frame. Writes meanwhile still pause and resume the stream's protocol (its ``drain``).
+  Plain connections only (a TLS transport decrypts into its own buffers). A fill that fails or is cancelled leaves
+  the connection mid-frame: the listener closes it.
+
+Memory: a frame on this path takes a buffer of its size once its size prefix is read (as Kafka allocates a
+request's size), before its bytes arrive: at most ``POOL_FREE_BYTES`` per connection, so ``max.connections`` bounds
+the total, not ``queued.max.request.bytes`` (which frames over 1 MiB reserve from).
 
 No I/O of its own: the transport does the reads.
 """
@@ -31,10 +37,10 @@ class ReceiveBuffers:
         self._free: list[bytearray] = []
 
     def take(self, size: int) -> bytearray:
-        """A buffer of at least ``size`` bytes (contents undefined)."""
-        for i, buf in enumerate(self._free):
-            if len(buf) >= size:
-                return self._free.pop(i)
+        """A buffer of at least ``size`` bytes (contents undefined): the smallest kept one that fits, else new."""
+        fits = [i for i, buf in enumerate(self._free) if len(buf) >= size]
+        if fits:
+            return self._free.pop(min(fits, key=lambda i: len(self._free[i])))
         return bytearray(size)
 
     def give(self, buf: bytearray) -> bool:
@@ -48,7 +54,8 @@ class ReceiveBuffers:
 
 def unshared(buf: bytearray) -> bool:
     """True if no view of ``buf`` is alive (nothing else can see it change). A bytearray with a live export cannot
-    change size, so it is shrunk by one byte and grown back (within its allocation: no copy)."""
+    change size, so it is shrunk by one byte and grown back (within its allocation: no copy); its last byte becomes
+    0, which is fine for a buffer whose contents are about to be overwritten."""
     if not buf:
         return True
     try:
@@ -100,6 +107,14 @@ class FrameFiller(asyncio.BufferedProtocol):
             self._give_back()  # the next read event (the next frames) goes to the stream reader again
             if not self.done.done():
                 self.done.set_result(None)
+
+    # writing is the stream's business: responses written while a frame comes in pause and resume the stream's
+    # protocol (its drain), not this one
+    def pause_writing(self) -> None:
+        self.original.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.original.resume_writing()
 
     def eof_received(self) -> bool:
         self._end("eof")
