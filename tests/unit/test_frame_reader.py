@@ -142,7 +142,7 @@ def test_the_last_frames_buffer_is_reused_only_once_nothing_refers_to_it():
         server, writer, reader = await pair(two_then_one)
         await sent.wait()
         await asyncio.sleep(0.2)
-        got_first = await asyncio.wait_for(reader.read_frame(), 10)  # kept as it is (no copy, no view)
+        got_first = await asyncio.wait_for(reader.read_frame(), 10)  # kept as delivered (no copy)
         got_second = await asyncio.wait_for(reader.read_frame(), 10)
         view_of_second = memoryview(got_second)[:10]
         assert bytes(got_first) == first  # the second frame, queued behind it, did not land in its buffer
@@ -178,8 +178,8 @@ def test_a_dropped_frames_buffer_carries_the_next_frame_and_a_kept_one_does_not(
         steps[0].set()
         second = await asyncio.wait_for(reader.read_frame(), 10)
         assert bytes(kept) == big and bytes(second) == small  # the kept frame's buffer was not reused
-        assert not (isinstance(second, memoryview) and second.obj is kept)
-        assert reader._spare is second
+        assert isinstance(kept, memoryview) and isinstance(second, memoryview) and second.obj is not kept.obj
+        assert reader._spare is second.obj
         del second  # dropped: its buffer carries the next frame
         steps[1].set()
         again = await asyncio.wait_for(reader.read_frame(), 10)

@@ -10,8 +10,9 @@ connection in lockstep (one request, one response) never holds more than the fra
 ``DIRECT_MAX`` grows as its bytes arrive (one copy each, through a scratch buffer) rather than being allocated
 at the size its prefix claims. The buffer of the last frame (up to ``SPARE_MAX``) is reused for the next one
 once nothing refers to it any more (the caller has finished with that response): a new buffer's pages are faulted
-in again each time (about 0.44 ms per MB on this machine), a reused one's are not. A reused buffer larger than the
-frame is delivered as a ``memoryview`` of exactly the frame.
+in again each time (about 0.44 ms per MB on this machine), a reused one's are not. Such frames are delivered as a
+``memoryview`` of exactly the frame, so whoever still holds one holds an export of the buffer, which the reuse
+check sees (:func:`broker.network.receive.unshared`) on any Python, without counting references.
 
 The protocol is swapped in on a connected (and authenticated) transport with :func:`take_over`; it then owns the
 reads, the caller writes to the transport. A closed or aborted connection fails the pending and later reads with
@@ -21,7 +22,6 @@ ConnectionError. No I/O of its own: the transport does the reads.
 from __future__ import annotations
 
 import asyncio
-import sys
 
 from broker.network.receive import unshared
 
@@ -82,17 +82,15 @@ class FrameReader(asyncio.BufferedProtocol):
             self._grown, self._left = bytearray(), size
             self._view = memoryview(bytearray(_SCRATCH))
 
-    def _frame_buffer(self, size: int):
-        """The last frame's buffer again when it is large enough and nobody uses it any more, else a new one."""
+    def _frame_buffer(self, size: int) -> memoryview:
+        """A view of exactly ``size`` bytes: of the last frame's buffer when it is large enough and nothing refers to
+        it (no frame waiting unread, no view of it alive), else of a new one."""
         spare = self._spare
-        # not while a frame waits to be read (it may be the spare), nor while anyone else holds it or a view of it
-        # (references: self._spare, this local, getrefcount's argument)
-        if (spare is not None and not self._frames and len(spare) >= size and sys.getrefcount(spare) <= 3
-                and unshared(spare)):
-            return spare if len(spare) == size else memoryview(spare)[:size]
+        if spare is not None and not self._frames and len(spare) >= size and unshared(spare):
+            return memoryview(spare)[:size]
         buf = bytearray(size)
         self._spare = buf if size <= SPARE_MAX else None
-        return buf
+        return memoryview(buf)
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
