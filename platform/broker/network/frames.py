@@ -33,7 +33,7 @@ _SCRATCH = 1 << 20
 class FrameReader(asyncio.BufferedProtocol):
     def __init__(self, transport: asyncio.BaseTransport):
         self.transport = transport
-        self._frames: list[bytearray] = []
+        self._frames: list[bytearray | memoryview] = []
         self._waiter: asyncio.Future | None = None
         self._error: BaseException | None = None
         self._spare: bytearray | None = None
@@ -92,7 +92,7 @@ class FrameReader(asyncio.BufferedProtocol):
         self._spare = buf if size <= SPARE_MAX else None
         return memoryview(buf)
 
-    def _deliver(self, frame: bytearray) -> None:
+    def _deliver(self, frame: bytearray | memoryview) -> None:
         self._frames.append(frame)
         self._size_prefix()
         if self._waiter is not None and not self._waiter.done():
