@@ -95,7 +95,8 @@ def encode(version: int, correlation_id: int, topics: list[tuple[str, list[Parti
         head += b"\x00"
     parts.append(bytes(head))
     total = sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
-    parts.insert(0, _I32.pack(total))
+    # the size prefix joins the first part: one send for the head, not a 4-byte segment of its own before it
+    parts[0] = _I32.pack(total) + parts[0]
     return parts
 
 
