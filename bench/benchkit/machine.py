@@ -112,6 +112,34 @@ def disk_write(directory: Path, megabytes: int = 2048) -> float:
     return int(m.group(1)) / float(m.group(2)) / 1e6
 
 
+def page_cache_write(directory: Path, megabytes: int = 256) -> dict:
+    """CPU milliseconds per MB of buffered 1 MB writes into the page cache, in three states of the memory:
+    ``fresh`` (a new file: new page-cache pages; on a VM whose free memory is handed back to the host, each new
+    page may first have to be backed again), ``overwrite`` (the same file again: its pages are cached) and
+    ``recycled`` (another new file just after the first was deleted, so its freed pages are at hand)."""
+    chunk = os.urandom(1 << 20)
+
+    def write(path: Path, flags: int) -> float:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags)
+        try:
+            start = time.process_time()
+            for i in range(megabytes):
+                os.pwrite(fd, chunk, i << 20)
+            return (time.process_time() - start) / megabytes * 1000
+        finally:
+            os.close(fd)
+
+    first, second = directory / "page-cache-1", directory / "page-cache-2"
+    try:
+        out = {"fresh": write(first, os.O_TRUNC), "overwrite": write(first, 0)}
+        first.unlink()
+        out["recycled"] = write(second, os.O_TRUNC)
+        return {k: round(v, 3) for k, v in out.items()}
+    finally:
+        first.unlink(missing_ok=True)
+        second.unlink(missing_ok=True)
+
+
 def summary(values: list[float]) -> dict:
     """Median and spread of repeated runs."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
