@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
+from benchkit import perf  # noqa: E402
 from benchkit.machine import page_cache_write  # noqa: E402
 from paper_benchmark import produce_kcat  # noqa: E402
 from request_cost import start_broker  # noqa: E402
@@ -52,43 +51,18 @@ SYMBOLS = {  # report label: kernel or interpreter symbol whose inclusive share 
 }
 
 
-def perf_shares(data: Path) -> dict:
-    """Inclusive share (%) of the samples under each of ``SYMBOLS``, from ``perf report --children``."""
-    text = subprocess.run(["perf", "report", "-i", str(data), "--children", "--sort", "sym", "--stdio", "-g",
-                           "none"], capture_output=True, text=True, check=True, timeout=600).stdout
-    shares = {}
-    for line in text.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+([\d.]+)%\s+\[[.k]\]\s+(\S+)", line)
-        if m and m.group(3) in SYMBOLS.values() and m.group(3) not in shares:
-            shares[m.group(3)] = float(m.group(1))
-    top = []  # the heaviest symbols by their own samples
-    flat = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio", "-g",
-                           "none"], capture_output=True, text=True, check=True, timeout=600).stdout
-    for line in flat.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+\[([.k])\]\s+(\S+)", line)
-        if m and len(top) < 10:
-            top.append([m.group(3), "kernel" if m.group(2) == "k" else "user", float(m.group(1))])
-    samples = re.search(r"# Samples: (\S+)", subprocess.run(
-        ["perf", "report", "-i", str(data), "--stdio", "--header-only"], capture_output=True, text=True,
-        timeout=600).stdout + text)
-    return {"shares": {s: shares.get(s, 0.0) for s in SYMBOLS.values()}, "top_self": top,
-            "samples": samples.group(1) if samples else None}
-
-
 def broker_under_perf(work: Path, messages: int) -> dict:
     broker, _ = start_broker(work / "broker", REPO / "platform")
     try:
         time.sleep(1)
         perf_data = work / "perf.data"
-        perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o", str(perf_data), "-p",
-                                 str(broker.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1)
-        result = produce_kcat(broker, "bench-kcat", messages, work)
-        perf.send_signal(signal.SIGINT)
-        perf.wait(60)
+        with perf.Recording(broker.proc.pid, perf_data):
+            time.sleep(1)
+            result = produce_kcat(broker, "bench-kcat", messages, work)
     finally:
         broker.stop()
-    return {"msg_s": result["msg_per_s"], "broker_cpu_s": result["broker_cpu_s"], **perf_shares(perf_data)}
+    return {"msg_s": result["msg_per_s"], "broker_cpu_s": result["broker_cpu_s"],
+            **perf.shares(perf_data, list(SYMBOLS.values()))}
 
 
 def main() -> int:

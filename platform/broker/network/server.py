@@ -293,7 +293,8 @@ class KafkaListener:
                     continue
                 elif size <= POOL_FREE_BYTES and not encrypted:  # a batched producer's request: straight into a buffer
                     received = self.buffers.take(size)
-                    payload = await _receive(reader, writer, received, data[start:], size)
+                    # the head already read goes into the buffer from a view of it: one copy, not two
+                    payload = await _receive(reader, writer, received, memoryview(data)[start:], size)
                     data, pos = b"", 0
                 else:
                     reserved = await self.pool.reserve(size) if size > POOL_FREE_BYTES else 0
