@@ -92,6 +92,14 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | Non
             "cpu_s": {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}}
 
 
+def create_topics(c: Cluster) -> None:
+    """The benchmark's topics: ``rf1`` (one replica) and ``rf3`` (three, min.insync.replicas=2, full ISR)."""
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    for name, rf, conf in (("rf1", 1, {}), ("rf3", 3, {"min.insync.replicas": "2"})):
+        admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
+    wait_until(lambda: len(c.state("rf3", 0)["isr"]) == 3, 60, what="full ISR of rf3")
+
+
 def failover_once(c: Cluster, topic: str) -> float:
     leader = c.state(topic, 0)["leader"]
     producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
@@ -148,10 +156,7 @@ def main() -> int:
                     auto_leader_rebalance_enable="false")
         try:
             c.start()
-            admin = AdminClient({"bootstrap.servers": c.bootstrap})
-            for name, rf, conf in (("rf1", 1, {}), ("rf3", 3, {"min.insync.replicas": "2"})):
-                admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
-            wait_until(lambda: len(c.state("rf3", 0)["isr"]) == 3, 60, what="full ISR of rf3")
+            create_topics(c)
             settings = {  # key: (topic, producer config)
                 "acks1_rf1": ("rf1", {"acks": 1}),
                 "acksall_rf3": ("rf3", {"acks": "all", "enable.idempotence": True}),

@@ -36,9 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 from benchkit import perf  # noqa: E402
-from cluster_benchmark import produce, roles  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from support import Cluster, wait_until  # noqa: E402
+from cluster_benchmark import create_topics, produce, roles  # noqa: E402
+from support import Cluster  # noqa: E402
 
 SYMBOLS = {"tcp_sendmsg": "socket sends (and sendfile)", "tcp_recvmsg": "socket receives",
            "generic_perform_write": "buffered file writes", "_PyEval_EvalFrameDefault": "interpreter loop"}
@@ -82,10 +81,7 @@ def main() -> int:
         c = Cluster(work / "cluster", 3, zookeeper_session_timeout_ms=6000, auto_leader_rebalance_enable="false")
         try:
             c.start()
-            admin = AdminClient({"bootstrap.servers": c.bootstrap})
-            for name, rf, conf in (("rf1", 1, {}), ("rf3", 3, {"min.insync.replicas": "2"})):
-                admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
-            wait_until(lambda: len(c.state("rf3", 0)["isr"]) == 3, 60, what="full ISR of rf3")
+            create_topics(c)
             for _ in range(args.runs):
                 for key in SETTINGS:
                     runs[key].append(one_run(c, key, args.messages, work))
