@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests")]
 
-from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support import Cluster, wait_until  # noqa: E402
 
@@ -73,6 +73,7 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | Non
                          "statistics.interval.ms": 200, "stats_cb": stats, **conf})
     producer.produce(topic, b"warm-up", partition=partition)
     producer.flush(30)
+    stored = stored_messages(bootstrap, topic)
     in_flight[0] = 0
     payload = os.urandom(SIZE)
     pids = pids or {}
@@ -88,6 +89,11 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | Non
     if producer.flush(300) != 0:
         raise RuntimeError("messages left undelivered")
     rate = count / (time.perf_counter() - start)
+    # a delivery report may carry an error (the run has no per-message callback, which would cost the client CPU):
+    # the partitions' high watermarks say how many messages the brokers took
+    took = stored_messages(bootstrap, topic) - stored
+    if took != count:
+        raise RuntimeError(f"{topic}: the brokers took {took} of {count} messages (delivery errors?)")
     return {"msg_s": rate, "max_in_flight": in_flight[0], **last,
             "cpu_s": {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}}
 
@@ -98,6 +104,16 @@ def create_topics(c: Cluster) -> None:
     for name, rf, conf in (("rf1", 1, {}), ("rf3", 3, {"min.insync.replicas": "2"})):
         admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
     wait_until(lambda: len(c.state("rf3", 0)["isr"]) == 3, 60, what="full ISR of rf3")
+
+
+def stored_messages(bootstrap: str, topic: str) -> int:
+    """The sum of the topic's partitions' high watermarks."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    finally:
+        consumer.close()
 
 
 def failover_once(c: Cluster, topic: str) -> float:
