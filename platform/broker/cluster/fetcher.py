@@ -21,7 +21,6 @@ also sets a flag the loop checks and closes the connection, and waits a bounded 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from dataclasses import dataclass
@@ -30,12 +29,12 @@ from broker.log.log import NotContiguous
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.network.connect import open_broker_connection
 from broker.network.frames import FrameReader, take_over
-from broker.protocol import codec, fetch_response, records
+from broker.protocol import codec, fetch_request, fetch_response, records
 from broker.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
 
-FETCH_KEY, FETCH_VERSION = 1, 12
+FETCH_KEY, FETCH_VERSION = fetch_request.KEY, fetch_request.VERSION
 EPOCH_KEY, EPOCH_VERSION = 23, 3
 STORAGE_RETRY_S = 1.0
 RETRY_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
@@ -60,6 +59,7 @@ class LeaderFetcher:
         self._reader: FrameReader | None = None  # the connection's reads (a buffered protocol: no copies)
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
+        self._client_id = f"replica-fetcher-{self.broker.node_id}".encode()
         self._stopping = False
 
     def add(self, partition) -> None:
@@ -124,6 +124,10 @@ class LeaderFetcher:
         self._correlation += 1
         frame = codec.encode_request(api_key, version, self._correlation,
                                      f"replica-fetcher-{self.broker.node_id}", body)
+        return await self._exchange(api_key, version, frame)
+
+    async def _exchange(self, api_key: int, version: int, frame: bytes):
+        """Send a request frame (correlation id ``self._correlation``) and read and decode its response."""
         reader, writer = self._reader, self._writer  # stop() may clear them meanwhile
         writer.transport.write(frame)  # a small request, one in flight: nothing to drain
         async with asyncio.timeout(self.broker.config["replica.socket.timeout.ms"] / 1000):
@@ -215,21 +219,16 @@ class LeaderFetcher:
 
     async def _fetch(self, followed: dict[tuple[str, int], Followed]) -> None:
         cfg = self.broker.config
-        cls = codec.request_type(FETCH_KEY, FETCH_VERSION)
-        module = __import__(cls.__module__, fromlist=["x"])
+        limit = cfg["replica.fetch.max.bytes"]
         by_topic: dict[str, list] = {}
         for (topic, index), f in followed.items():
-            by_topic.setdefault(topic, []).append(module.FetchPartition(
-                partition=index, current_leader_epoch=f.partition.leader_epoch,
-                fetch_offset=f.partition.log.log_end_offset, last_fetched_epoch=-1, log_start_offset=-1,
-                partition_max_bytes=cfg["replica.fetch.max.bytes"]))
-        request = cls(replica_id=self.broker.node_id,
-                      max_wait=datetime.timedelta(milliseconds=cfg["replica.fetch.wait.max.ms"]),
-                      min_bytes=cfg["replica.fetch.min.bytes"], max_bytes=cfg["replica.fetch.response.max.bytes"],
-                      isolation_level=0, session_id=0, session_epoch=-1,
-                      topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                      forgotten_topics_data=(), rack_id="")
-        response = await self._call(FETCH_KEY, FETCH_VERSION, request)
+            by_topic.setdefault(topic, []).append((index, f.partition.leader_epoch, f.partition.log.log_end_offset,
+                                                   limit))
+        self._correlation += 1
+        frame = fetch_request.encode_v12(self._correlation, self._client_id, self.broker.node_id,
+                                         cfg["replica.fetch.wait.max.ms"], cfg["replica.fetch.min.bytes"],
+                                         cfg["replica.fetch.response.max.bytes"], list(by_topic.items()))
+        response = await self._exchange(FETCH_KEY, FETCH_VERSION, frame)
         if self._stopping:
             return
         for topic in response.responses:
