@@ -40,7 +40,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
-from benchkit import logbus_side  # noqa: E402
+from benchkit import logbus_side, side_by_side  # noqa: E402
 from paper_benchmark import SIZE, produce_kcat  # noqa: E402
 from request_cost import start_broker  # noqa: E402
 
@@ -126,13 +126,8 @@ def main() -> int:
     return 0
 
 
-def med(rounds: list[dict], topic: str, key: str) -> float:
-    return statistics.median(r[topic][key] for r in rounds)
-
-
-def cell(rounds: list[dict], topic: str, key: str, fmt: str) -> str:
-    values = [r[topic][key] for r in rounds]
-    return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}–{format(max(values), fmt)}]"
+def values(rounds: list[dict], topic: str, key: str) -> list[float]:
+    return [r[topic][key] for r in rounds]
 
 
 def write_report(results: dict, out: Path) -> None:
@@ -157,8 +152,8 @@ def write_report(results: dict, out: Path) -> None:
              "read, as librdkafka's debug log reports it) and client work.", "",
              "| measure | " + " | ".join(f"`{t}`" for t in TOPICS) + " |", "|---|---|---|"]
     for label, key, fmt in rows:
-        lines.append(f"| {label} | " + " | ".join(cell(rounds, t, key, fmt) for t in TOPICS) + " |")
-    best = max(med(rounds, t, "instant_broker_msg_s") for t in TOPICS)
+        lines.append(f"| {label} | " + " | ".join(side_by_side.cell(values(rounds, t, key), "{:" + fmt + "}") for t in TOPICS) + " |")
+    best = max(statistics.median(values(rounds, t, "instant_broker_msg_s")) for t in TOPICS)
     lines += ["", f"The issue's goal is 4,000,000 msg/s. The best median *instant broker* figure here is "
               f"{best:,.0f} msg/s: what this client reaches on this machine if the broker's answers cost nothing.",
               "", "Plot: `kcat_consume_cycle.png`."]

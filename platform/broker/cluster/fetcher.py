@@ -105,7 +105,7 @@ class LeaderFetcher:
         try:
             async with asyncio.timeout(10):
                 reader, writer = await open_broker_connection(self.broker.config, host, port,
-                                                              f"replica-fetcher-{self.broker.node_id}")
+                                                              self._client_id.decode())
         except (OSError, asyncio.TimeoutError) as exc:  # ConnectionError included: authentication refused
             log.debug("replica fetcher: cannot connect to broker %d: %s", self.leader_id, exc)
             return False
@@ -122,8 +122,7 @@ class LeaderFetcher:
 
     async def _call(self, api_key: int, version: int, body):
         self._correlation += 1
-        frame = codec.encode_request(api_key, version, self._correlation,
-                                     f"replica-fetcher-{self.broker.node_id}", body)
+        frame = codec.encode_request(api_key, version, self._correlation, self._client_id.decode(), body)
         return await self._exchange(api_key, version, frame)
 
     async def _exchange(self, api_key: int, version: int, frame: bytes):
