@@ -1,18 +1,29 @@
 """Replication's price and failover time on a local 3-broker cluster (real ZooKeeper, broker processes).
 
-Throughput: one producer (confluent-kafka, librdkafka default batching), --messages 200-byte messages, to a
-1-partition topic with replication factor 1 and acks=1, then to one with replication factor 3,
-min.insync.replicas=2 and acks=all (idempotent); --runs runs each, median and spread. The runs of the settings
-alternate (rf1, rf3, rf1, rf3, ...), so a change in the machine's load hits every setting alike.
+Throughput: one producer (confluent-kafka, librdkafka's defaults but for acks), --messages 200-byte messages
+per run, to a 1-partition topic. The goal's two settings differ in acks and replication factor only:
+  - acks=1, replication factor 1;
+  - acks=all (librdkafka's default acks; its producer is not idempotent by default), replication factor 3,
+    min.insync.replicas=2.
+--runs runs each, median and spread. The runs of the settings alternate (rf1, rf3, ...), so a change in the
+machine's load hits every setting alike.
 
-Two more settings, measured in the same runs, tell where acks=all loses (they do not change the ratio):
-  - acks=all, idempotent, to the RF-1 topic: the same client behaviour with nothing to replicate. librdkafka's
-    idempotent producer keeps at most 5 *messages* in flight per partition (``rktp_msgs_inflight`` against
-    ``RD_KAFKA_IDEMP_MAX_INFLIGHT``), so with batches of thousands of messages it sends one ProduceRequest per
-    partition and waits for its answer (and its broker thread spins meanwhile): throughput is one batch per
-    round trip, whatever the brokers do.
-  - acks=all, not idempotent, to the RF-3 topic: librdkafka pipelines requests (the broker still handles a
-    connection's requests one at a time, as Kafka does).
+Every run writes to a topic of its own, created for it and deleted after it (file.delete.delay.ms=0), so every run
+starts with an empty log and the logs' page cache does not pile up across runs. On this machine (a VM) it
+matters: once the runs' logs held about 4 GB of page cache, copying into new page-cache pages
+(``copy_folio_from_iter_atomic``) took 59% of a follower's CPU instead of 4%, its CPU per message rose 0.21 →
+0.6 CPU-s per million, and replication factor 3 writes three times the bytes of factor 1, so the later runs
+measured the machine's memory rather than the brokers. ``--keep-topics`` runs every setting on one topic per
+replication factor for the whole benchmark, as this benchmark did before, to show that effect.
+
+Two more settings, measured in the same runs, show what librdkafka's idempotent producer costs (they do not
+change the ratio):
+  - acks=all, idempotent, replication factor 3;
+  - acks=all, idempotent, replication factor 1: the same client behaviour with nothing to replicate.
+    librdkafka's idempotent producer keeps at most 5 *messages* in flight per partition (``rktp_msgs_inflight``
+    against ``RD_KAFKA_IDEMP_MAX_INFLIGHT``), so with batches of thousands of messages it sends one
+    ProduceRequest per partition and waits for its answer (and its broker thread spins meanwhile): throughput is
+    one batch per round trip, whatever the brokers do.
 For every setting the result records the most ProduceRequests librdkafka had in flight (its statistics,
 ``waitresp_cnt``) and the CPU seconds each process used (/proc), per million messages.
 
@@ -22,8 +33,8 @@ is the failover time. It is dominated by zookeeper.session.timeout.ms (how long 
 the dead broker gone), given with --session-timeout-ms. The killed broker is restarted and rejoins the ISR
 between rounds.
 
-Usage: .venv/bin/python bench/cluster_benchmark.py [--messages 1000000] [--runs 3] [--rounds 5]
-       [--session-timeout-ms 6000] [--out bench/results]
+Usage: .venv/bin/python bench/cluster_benchmark.py [--messages 1000000] [--runs 5] [--rounds 5]
+       [--session-timeout-ms 6000] [--keep-topics] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -45,6 +56,20 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support import Cluster, wait_until  # noqa: E402
 
 SIZE = 200
+# key: (replication factor, producer config); every other producer setting is librdkafka's default
+SETTINGS = {
+    "acks1_rf1": (1, {"acks": 1}),
+    "acksall_rf3": (3, {"acks": "all"}),
+    "acksall_rf3_idempotent": (3, {"acks": "all", "enable.idempotence": True}),
+    "acksall_rf1_idempotent": (1, {"acks": "all", "enable.idempotence": True}),
+}
+LABELS = {"acks1_rf1": "acks=1, replication factor 1",
+          "acksall_rf3": "acks=all (not idempotent: librdkafka's default), replication factor 3, "
+                         "min.insync.replicas=2",
+          "acksall_rf3_idempotent": "*idempotent:* acks=all, idempotent, replication factor 3, "
+                                    "min.insync.replicas=2",
+          "acksall_rf1_idempotent": "*idempotent, diagnostic:* acks=all, idempotent, replication factor 1 "
+                                    "(nothing to replicate)"}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -98,12 +123,19 @@ def produce(bootstrap: str, topic: str, count: int, conf: dict, pids: dict | Non
             "cpu_s": {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}}
 
 
-def create_topics(c: Cluster) -> None:
-    """The benchmark's topics: ``rf1`` (one replica) and ``rf3`` (three, min.insync.replicas=2, full ISR)."""
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    for name, rf, conf in (("rf1", 1, {}), ("rf3", 3, {"min.insync.replicas": "2"})):
-        admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
-    wait_until(lambda: len(c.state("rf3", 0)["isr"]) == 3, 60, what="full ISR of rf3")
+def new_topic(c: Cluster, admin: AdminClient, name: str, rf: int) -> str:
+    """A 1-partition topic for one run, its ISR full; its files go as soon as it is deleted."""
+    conf = {"file.delete.delay.ms": "0", **({"min.insync.replicas": "2"} if rf == 3 else {})}
+    admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
+    wait_until(lambda: len(c.state(name, 0)["isr"]) == rf, 60, what=f"full ISR of {name}")
+    return name
+
+
+def delete_topic(c: Cluster, admin: AdminClient, name: str) -> None:
+    """Delete ``name`` and wait until no broker holds its partition's directory (its page cache freed)."""
+    admin.delete_topics([name])[name].result(30)
+    wait_until(lambda: not any(any(b.log_dir.glob(f"{name}-*")) for b in c.brokers.values()), 60,
+               what=f"{name}'s files deleted")
 
 
 def stored_messages(bootstrap: str, topic: str) -> int:
@@ -159,30 +191,31 @@ def spread(values: list[float]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--keep-topics", action="store_true",
+                        help="one topic per replication factor for all runs (the logs' page cache piles up)")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = parser.parse_args()
     results: dict = {"command": "python bench/cluster_benchmark.py " + " ".join(sys.argv[1:]),
                      "messages": args.messages, "session_timeout_ms": args.session_timeout_ms,
-                     "cpus": os.cpu_count()}
+                     "cpus": os.cpu_count(), "keep_topics": args.keep_topics}
     with tempfile.TemporaryDirectory(prefix="logbus-cluster-bench-") as work:
         c = Cluster(Path(work), 3, zookeeper_session_timeout_ms=args.session_timeout_ms,
                     auto_leader_rebalance_enable="false")
         try:
             c.start()
-            create_topics(c)
-            settings = {  # key: (topic, producer config)
-                "acks1_rf1": ("rf1", {"acks": 1}),
-                "acksall_rf3": ("rf3", {"acks": "all", "enable.idempotence": True}),
-                "acksall_rf1_idempotent": ("rf1", {"acks": "all", "enable.idempotence": True}),
-                "acksall_rf3_not_idempotent": ("rf3", {"acks": "all"}),
-            }
-            runs: dict[str, list[dict]] = {key: [] for key in settings}
-            for _ in range(args.runs):
-                for key, (topic, conf) in settings.items():
+            admin = AdminClient({"bootstrap.servers": c.bootstrap})
+            kept = {rf: new_topic(c, admin, f"rf{rf}", rf) for rf in (1, 3)}  # failover's topic, --keep-topics'
+            runs: dict[str, list[dict]] = {key: [] for key in SETTINGS}
+            for i in range(args.runs):
+                for key, (rf, conf) in SETTINGS.items():
+                    topic = kept[rf] if args.keep_topics else new_topic(c, admin, f"{key}-{i}", rf)
                     runs[key].append(produce(c.bootstrap, topic, args.messages, conf, roles(c, topic)))
+                    if not args.keep_topics:
+                        delete_topic(c, admin, topic)
+                    print(key, round(runs[key][-1]["msg_s"]), flush=True)
             for key, outcomes in runs.items():
                 results[key + "_msg_s"] = spread([o["msg_s"] for o in outcomes])
                 results[key + "_max_in_flight"] = max(o["max_in_flight"] for o in outcomes)
@@ -191,8 +224,9 @@ def main() -> int:
                     if values:
                         results[f"{key}_{measure}"] = statistics.median(values)
                 results[key + "_cpu_s_per_million"] = {
-                    name: statistics.median(o["cpu_s"].get(name, 0.0) for o in outcomes) * 1e6 / args.messages
-                    for name in outcomes[0]["cpu_s"]}
+                    role: statistics.median(sum(v for name, v in o["cpu_s"].items() if name.startswith(role))
+                                            for o in outcomes) * 1e6 / args.messages
+                    for role in ("leader", "follower", "client", "zookeeper")}
             print("throughput", results["acks1_rf1_msg_s"], results["acksall_rf3_msg_s"], flush=True)
             results["failover_s"] = spread([failover_once(c, "rf3") for _ in range(args.rounds)])
             print("failover", results["failover_s"], flush=True)
@@ -208,19 +242,17 @@ def main() -> int:
 
 def write(r: dict, out: Path) -> None:
     a, b, f = r["acks1_rf1_msg_s"], r["acksall_rf3_msg_s"], r["failover_s"]
-    rows = [("acks1_rf1", "acks=1, replication factor 1"),
-            ("acksall_rf3", "acks=all, replication factor 3, min.insync.replicas=2, idempotent"),
-            ("acksall_rf1_idempotent", "*diagnostic:* acks=all, idempotent, replication factor 1 (nothing to "
-                                       "replicate)"),
-            ("acksall_rf3_not_idempotent", "*diagnostic:* acks=all, not idempotent, replication factor 3")]
+    runs = "every setting on one topic per replication factor for all runs (--keep-topics)" if r.get(
+        "keep_topics") else "each run on a topic of its own, deleted after it"
     lines = [
         "# Replication on a local 3-broker cluster (real ZooKeeper, 3 broker processes, one 2-core machine)", "",
         f"Command: `{r['command']}`; {r['messages']:,} messages of {SIZE} bytes per run, one confluent-kafka "
-        "producer with librdkafka's default batching; the settings' runs alternate; median [min–max].", "",
+        f"producer with librdkafka's defaults but for the settings below; the settings' runs alternate; {runs}; "
+        "median [min–max].", "",
         "| setting | msg/s | MB/s | most requests in flight | round trip p50, ms | messages per batch |",
         "|---|---|---|---|---|---|",
     ]
-    for key, label in rows:
+    for key, label in LABELS.items():
         if key + "_msg_s" not in r:
             continue
         m = r[key + "_msg_s"]
@@ -229,45 +261,44 @@ def write(r: dict, out: Path) -> None:
         batch = f"{r[key + '_batch_messages']:,.0f}" if key + "_batch_messages" in r else ""
         lines.append(f"| {label} | {m['median']:,.0f} [{m['min']:,.0f}–{m['max']:,.0f}] | "
                      f"{m['median'] * SIZE / 1e6:.1f} | {flight} | {rtt} | {batch} |")
-    lines += [f"| ratio acks=all RF 3 / acks=1 RF 1 | {b['median'] / a['median']:.2f}x | | | | |", ""]
-    if "acksall_rf3_rtt_ms_p50" in r:
-        lines += [
-            "Round trip and batch size: librdkafka's statistics at the end of each run (`rtt` p50 of the leader's "
-            "connection: a ProduceRequest sent to its answer, as the client sees it; `batchcnt` average), median "
-            "of the runs.", ""]
-    if "acksall_rf1_idempotent_msg_s" in r:
+    pairs = [y / x for x, y in zip(a["runs"], b["runs"])]
+    lines += [f"| **ratio acks=all RF 3 / acks=1 RF 1** (the goal: 0.85x) | **{b['median'] / a['median']:.2f}x** "
+              f"(run by run: {', '.join(f'{x:.2f}' for x in pairs)}; their median {statistics.median(pairs):.2f}x) "
+              "| | | | |"]
+    if "acksall_rf3_idempotent_msg_s" in r:
+        i3 = r["acksall_rf3_idempotent_msg_s"]
+        lines.append(f"| ratio idempotent acks=all RF 3 / acks=1 RF 1 | {i3['median'] / a['median']:.2f}x | | | | |")
+    lines.append("")
+    lines += [
+        "Round trip and batch size: librdkafka's statistics at the end of each run (`rtt` p50 of the leader's "
+        "connection: a ProduceRequest sent to its answer, as the client sees it; `batchcnt` average), median "
+        "of the runs.", ""]
+    if "acksall_rf1_idempotent_msg_s" in r and "acksall_rf3_idempotent_msg_s" in r:
         ceiling = r["acksall_rf1_idempotent_msg_s"]["median"]
+        i3 = r["acksall_rf3_idempotent_msg_s"]["median"]
         lines += [
-            "The diagnostic rows do not enter the ratio. librdkafka's idempotent producer counts *messages* in flight "
-            "per partition against a limit of 5, so with batches of thousands of messages it keeps one "
-            "ProduceRequest in flight (librdkafka's pull request #4989, open: \"the librdkafka implementation sends "
-            f"only one produce request at a time\"; measured here: at most {r['acksall_rf3_max_in_flight']} for "
-            f"the goal's setting, {r['acks1_rf1_max_in_flight']} for acks=1) and acks=all idempotent runs at one "
-            f"batch per round trip. With nothing to replicate (RF 1) that is {ceiling:,.0f} msg/s, "
-            f"{ceiling / a['median']:.2f}x of acks=1 RF 1; replicating to two followers costs "
-            f"{1 - b['median'] / ceiling:.0%} of that.", ""]
-    cpu_keys = [key for key, _ in rows if key + "_cpu_s_per_million" in r]
-    if cpu_keys:
-        lines += ["CPU seconds per million messages (median of the runs; /proc):", "",
-                  "| setting | " + " | ".join(["leader", "followers", "client", "zookeeper", "all"]) + " |",
-                  "|---|---|---|---|---|---|"]
-        for key in cpu_keys:
+            "The idempotent rows do not enter the goal's ratio: they change the producer, not only acks and the "
+            "replication factor. librdkafka's idempotent producer counts *messages* in flight per partition against "
+            "a limit of 5, so with batches of thousands of messages it keeps one ProduceRequest in flight "
+            "(librdkafka's pull request #4989, open: \"the librdkafka implementation sends only one produce "
+            f"request at a time\"; measured here: at most {r['acksall_rf3_idempotent_max_in_flight']}, against "
+            f"{r['acksall_rf3_max_in_flight']} for the default producer) and runs at one batch per round trip. "
+            f"With nothing to replicate (RF 1) that is {ceiling:,.0f} msg/s, {ceiling / a['median']:.2f}x of "
+            f"acks=1 RF 1; replicating to two followers costs {1 - i3 / ceiling:.0%} of that.", ""]
+    lines += ["CPU seconds per million messages (median of the runs; /proc):", "",
+              "| setting | leader | followers | client | zookeeper | all |", "|---|---|---|---|---|---|"]
+    for key, label in LABELS.items():
+        if key + "_cpu_s_per_million" in r:
             cpu = r[key + "_cpu_s_per_million"]
-            leader = sum(v for k, v in cpu.items() if k.startswith("leader"))
-            followers = sum(v for k, v in cpu.items() if k.startswith("follower"))
-            lines.append(f"| {dict(rows)[key]} | {leader:.2f} | {followers:.2f} | {cpu['client']:.2f} | "
+            lines.append(f"| {label} | {cpu['leader']:.2f} | {cpu['follower']:.2f} | {cpu['client']:.2f} | "
                          f"{cpu['zookeeper']:.2f} | {sum(cpu.values()):.2f} |")
-        lines.append("")
-        if "acksall_rf3" in cpu_keys:
-            cores = r.get("cpus") or os.cpu_count()
-            cpu3 = r["acksall_rf3_cpu_s_per_million"]
-            most = cores / sum(cpu3.values()) * 1e6
-            lines += [
-                f"A CPU budget: at the CPU per message measured for the goal's setting ({sum(cpu3.values()):.2f} "
-                f"CPU-seconds per million, the client's {cpu3['client']:.2f} of them), {cores} fully busy cores "
-                f"carry at most {most:,.0f} msg/s of acks=all RF 3 on this machine: {most / a['median']:.2f}x of "
-                f"the acks=1 RF 1 rate measured. The goal's 0.85x is above that bound unless the CPU per message "
-                "falls, and the brokers' share of it (leader and followers) is the part logbus controls.", ""]
+    cores = r.get("cpus") or os.cpu_count()
+    cpu1, cpu3 = (sum(r[k + "_cpu_s_per_million"].values()) for k in ("acks1_rf1", "acksall_rf3"))
+    lines += ["", f"A CPU budget: {cores} fully busy cores carry at most {cores / cpu1 * 1e6:,.0f} msg/s of acks=1 "
+              f"RF 1 ({cpu1:.2f} CPU-seconds per million) and {cores / cpu3 * 1e6:,.0f} of acks=all RF 3 "
+              f"({cpu3:.2f}): {cpu1 / cpu3:.2f}x. The client's CPU per message differs between the settings "
+              "(librdkafka's batches fill and its threads wake differently as the answers come sooner or later), "
+              "so the rates' ratio is not the brokers' alone.", ""]
     lines += [
         f"Failover (kill -9 of the leader → first successful acks=all produce), {len(f['runs'])} rounds, "
         f"zookeeper.session.timeout.ms={r['session_timeout_ms']}: median {f['median']:.2f} s "
@@ -283,9 +314,9 @@ def write(r: dict, out: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     bars = [(name, r[key + "_msg_s"]) for key, name in (
-        ("acks1_rf1", "acks=1\nRF 1"), ("acksall_rf3", "acks=all\nRF 3\nidempotent"),
-        ("acksall_rf1_idempotent", "acks=all\nRF 1\nidempotent"),
-        ("acksall_rf3_not_idempotent", "acks=all\nRF 3\nnot idemp."))
+        ("acks1_rf1", "acks=1\nRF 1"), ("acksall_rf3", "acks=all\nRF 3"),
+        ("acksall_rf3_idempotent", "acks=all\nRF 3\nidempotent"),
+        ("acksall_rf1_idempotent", "acks=all\nRF 1\nidempotent"))
         if key + "_msg_s" in r]
     ax1.bar([n for n, _ in bars], [m["median"] for _, m in bars],
             color=["C0", "C1", "C7", "C7"][:len(bars)],

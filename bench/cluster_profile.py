@@ -12,8 +12,10 @@ messages (/proc) and the share of its samples under:
 - ``generic_perform_write``: the kernel's buffered file write (every replica appends every byte);
 - ``_PyEval_EvalFrameDefault``: the interpreter's own loop (perf cannot unwind the C it calls).
 
-Settings: ``acks1_rf1`` (acks=1, replication factor 1) and ``acksall_rf3`` (acks=all, replication factor 3,
-min.insync.replicas=2, idempotent). Runs alternate, ``--runs`` each; each run records fresh.
+Settings: the cluster benchmark's ``acks1_rf1`` (acks=1, replication factor 1) and ``acksall_rf3`` (acks=all,
+librdkafka's default producer, not idempotent; replication factor 3, min.insync.replicas=2). Runs alternate,
+``--runs`` each; each run records fresh, on a topic of its own that is deleted after it (see the cluster
+benchmark: on this VM the logs' page cache piling up across runs slowed the later runs' writes).
 
 Usage: .venv/bin/python bench/cluster_profile.py [--messages 1000000] [--runs 2] [--out bench/results/cluster_profile]
        | --report-only
@@ -36,17 +38,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 from benchkit import perf  # noqa: E402
-from cluster_benchmark import create_topics, produce, roles  # noqa: E402
+from cluster_benchmark import SETTINGS as BENCHMARK_SETTINGS  # noqa: E402
+from cluster_benchmark import delete_topic, new_topic, produce, roles  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 from support import Cluster  # noqa: E402
 
 SYMBOLS = {"tcp_sendmsg": "socket sends (and sendfile)", "tcp_recvmsg": "socket receives",
            "generic_perform_write": "buffered file writes", "_PyEval_EvalFrameDefault": "interpreter loop"}
-SETTINGS = {"acks1_rf1": ("rf1", {"acks": 1}),
-            "acksall_rf3": ("rf3", {"acks": "all", "enable.idempotence": True})}
+SETTINGS = {key: BENCHMARK_SETTINGS[key] for key in ("acks1_rf1", "acksall_rf3")}
 
 
-def one_run(c: Cluster, key: str, messages: int, work: Path) -> dict:
-    topic, conf = SETTINGS[key]
+def one_run(c: Cluster, key: str, messages: int, work: Path, topic: str) -> dict:
+    conf = SETTINGS[key][1]
     pids = roles(c, topic)
     brokers = {name: pid for name, pid in pids.items() if name.startswith(("leader", "follower"))}
     with contextlib.ExitStack() as stack:
@@ -81,10 +84,12 @@ def main() -> int:
         c = Cluster(work / "cluster", 3, zookeeper_session_timeout_ms=6000, auto_leader_rebalance_enable="false")
         try:
             c.start()
-            create_topics(c)
-            for _ in range(args.runs):
-                for key in SETTINGS:
-                    runs[key].append(one_run(c, key, args.messages, work))
+            admin = AdminClient({"bootstrap.servers": c.bootstrap})
+            for i in range(args.runs):
+                for key, (rf, _) in SETTINGS.items():
+                    topic = new_topic(c, admin, f"{key}-{i}", rf)
+                    runs[key].append(one_run(c, key, args.messages, work, topic))
+                    delete_topic(c, admin, topic)
         finally:
             c.stop()
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
