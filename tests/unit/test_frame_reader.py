@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import struct
 
 import pytest
@@ -189,3 +190,46 @@ def test_a_dropped_frames_buffer_carries_the_next_frame_and_a_kept_one_does_not(
         server.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(socket, "SO_RCVLOWAT"), reason="no SO_RCVLOWAT on this platform")
+def test_a_frame_dribbled_in_pieces_wakes_the_reader_once_its_size_is_known():
+    """Once the size prefix is read, SO_RCVLOWAT asks the kernel to wake the reader only when the whole frame is
+    there: the first part and the ten pieces after it make one read, not eleven; the mark is back at 1 after."""
+    payload = os.urandom(100_000)
+    stream = frame(payload)
+    first = 4 + 1_000
+
+    async def main():
+        sent_first = asyncio.Event()
+
+        async def dribble(writer):
+            writer.write(stream[:first])
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            sent_first.set()
+            rest = stream[first:]
+            step = len(rest) // 10 + 1
+            for start in range(0, len(rest), step):
+                writer.write(rest[start:start + step])
+                await writer.drain()
+                await asyncio.sleep(0.02)
+
+        server, writer, reader = await pair(dribble)
+        sock = writer.get_extra_info("socket")
+        reads = []
+        original = reader.buffer_updated
+        reader.buffer_updated = lambda n: (reads.append(n), original(n))[1]
+        await sent_first.wait()
+        mark_meanwhile = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        got = bytes(await asyncio.wait_for(reader.read_frame(), 10))
+        mark_after = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        writer.close()
+        server.close()
+        return got, reads, mark_meanwhile, mark_after
+
+    got, reads, mark_meanwhile, mark_after = asyncio.run(main())
+    assert got == payload
+    assert mark_meanwhile == len(payload)  # the first part's 1,000 bytes wait in the socket: below the mark
+    assert mark_after == 1
+    assert reads == [4, len(payload)]  # the size prefix, then the whole frame at once
