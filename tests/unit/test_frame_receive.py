@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from broker.network import server
-from broker.network.receive import ReceiveBuffers
+from broker.network.receive import FrameFiller, ReceiveBuffers
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -157,3 +157,49 @@ def test_writes_while_a_frame_comes_in_still_pause_and_resume_the_streams_drain(
     assert out["paused_before"] and out["frame_ok"]
     assert out["drained"]
     assert out["loop_errors"] == []
+
+
+@pytest.mark.skipif(not hasattr(socket, "SO_RCVLOWAT"), reason="no SO_RCVLOWAT on this platform")
+def test_a_frame_filled_in_pieces_wakes_the_listener_once_it_is_whole():
+    """While a frame is filled, the socket's SO_RCVLOWAT is what is missing of it: ten pieces make one read, and the
+    stream's reads wake on every arrival again afterwards."""
+    async def main():
+        server_side: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def accepted(reader, writer):
+            server_side.set_result((reader, writer))
+
+        listener = await asyncio.start_server(accepted, "127.0.0.1", 0)
+        _, client = await asyncio.open_connection("127.0.0.1", listener.sockets[0].getsockname()[1])
+        reader, writer = await server_side
+        payload = os.urandom(200_000)
+        target = memoryview(bytearray(len(payload)))
+        reads = []
+        original = FrameFiller.buffer_updated
+
+        def counted(self, nbytes):
+            reads.append(nbytes)
+            original(self, nbytes)
+
+        FrameFiller.buffer_updated = counted
+        try:
+            filling = asyncio.ensure_future(FrameFiller.fill(writer.transport, target, 0))
+            await asyncio.sleep(0.05)  # the filler is in place before the first byte arrives
+            step = len(payload) // 10
+            for start in range(0, len(payload), step):
+                client.write(payload[start:start + step])
+                await client.drain()
+                await asyncio.sleep(0.02)
+            await asyncio.wait_for(filling, 10)
+        finally:
+            FrameFiller.buffer_updated = original
+        mark_after = writer.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        client.close()
+        writer.close()
+        listener.close()
+        return bytes(target) == payload, reads, mark_after
+
+    whole, reads, mark_after = asyncio.run(main())
+    assert whole
+    assert reads == [200_000]
+    assert mark_after == 1

@@ -15,13 +15,13 @@ in again each time (about 0.44 ms per MB on this machine), a reused one's are no
 check sees (:func:`broker.network.receive.unshared`) on any Python, without counting references.
 
 Wake-ups (issue 20): a follower waits for the leader's answer, so the first bytes of a response wake it, and
-each read takes what has arrived by then. A 1 MB fetch response came in about 8 reads and 9 event-loop passes
-(cProfile of a follower under acks=all load: 1,843 ``recv_into`` for 230 responses), each a wake-up with its context
-switch and, on a VM, an inter-processor interrupt for the sender. Once a frame's size is known, the socket's
-``SO_RCVLOWAT`` is set to what is missing of it (at most ``LOWAT_MAX``): the kernel wakes the reader only when that
-much has arrived (or the connection ends, or its receive window is nearly shut: no deadlock), and one read takes it.
-The mark goes back to 1 when the frame is whole. Plain TCP only (a TLS transport's bytes are not the frame's);
-where the option fails it is left alone.
+each read takes what has arrived by then. A 1 MB fetch response came in about 8 reads (a cProfile of a follower
+under acks=all load: 1,843 ``recv_into`` for 230 responses, ``bench/results/follower_cost_lowat/``), each a
+wake-up with its context switch and, on a VM, an inter-processor interrupt for the sender. Once a frame's size is
+known, the socket's ``SO_RCVLOWAT`` is set to what is missing of it (:func:`broker.network.receive.wake_mark`): the
+kernel wakes the reader only when that much has arrived (or the connection ends, or its receive window is nearly
+shut: no deadlock), and one read takes it. The mark goes back to 1 when the frame is whole. Plain TCP only (a TLS
+transport's bytes are not the frame's); where the option fails it is left alone.
 
 The protocol is swapped in on a connected (and authenticated) transport with :func:`take_over`; it then owns the
 reads, the caller writes to the transport. A closed or aborted connection fails the pending and later reads with
@@ -31,15 +31,12 @@ ConnectionError. No I/O of its own: the transport does the reads.
 from __future__ import annotations
 
 import asyncio
-import socket
 
-from broker.network.receive import unshared
+from broker.network.receive import LOWAT_MAX, paced_socket, unshared, wake_mark
 
 DIRECT_MAX = 32 << 20  # frames up to this size get their whole buffer at once
 SPARE_MAX = 16 << 20  # the last frame's buffer is kept for the next one up to this size
 _SCRATCH = 1 << 20
-LOWAT_MAX = 4 << 20  # the kernel grows the receive buffer to fit the mark; a larger frame is read in parts
-_SO_RCVLOWAT = getattr(socket, "SO_RCVLOWAT", None)
 
 
 class FrameReader(asyncio.BufferedProtocol):
@@ -49,12 +46,8 @@ class FrameReader(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future | None = None
         self._error: BaseException | None = None
         self._spare: bytearray | None = None
-        self._sock = None  # the socket whose SO_RCVLOWAT follows the frame being read (plain TCP only)
+        self._sock = paced_socket(transport)  # its SO_RCVLOWAT follows the frame being read (plain TCP only)
         self._lowat = 1
-        sock = transport.get_extra_info("socket")
-        if (_SO_RCVLOWAT is not None and sock is not None and transport.get_extra_info("ssl_object") is None
-                and sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM):
-            self._sock = sock
         self._size_prefix()
 
     # ---- the transport's side ------------------------------------------------------------------------------------
@@ -118,9 +111,7 @@ class FrameReader(asyncio.BufferedProtocol):
         mark = min(missing, LOWAT_MAX)
         if self._sock is None or mark == self._lowat:
             return
-        try:
-            self._sock.setsockopt(socket.SOL_SOCKET, _SO_RCVLOWAT, mark)
-        except OSError:  # not supported here, or the socket is gone: wake on every arrival, as before
+        if not wake_mark(self._sock, mark):  # wake on every arrival, as before
             self._sock = None
             return
         self._lowat = mark

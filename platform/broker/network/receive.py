@@ -21,12 +21,39 @@ Memory: a frame on this path takes a buffer of its size once its size prefix is 
 request's size), before its bytes arrive: at most ``POOL_FREE_BYTES`` per connection, so ``max.connections`` bounds
 the total, not ``queued.max.request.bytes`` (which frames over 1 MiB reserve from).
 
+While a frame is being filled, the socket's ``SO_RCVLOWAT`` is what is missing of it (:func:`wake_mark`): a
+producer's frame that arrives in many segments wakes the listener once, when it is whole, not once per arrival.
+
 No I/O of its own: the transport does the reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+
+LOWAT_MAX = 4 << 20  # the kernel grows the receive buffer to fit the mark (up to half of tcp_rmem's maximum)
+_SO_RCVLOWAT = getattr(socket, "SO_RCVLOWAT", None)
+
+
+def paced_socket(transport: asyncio.BaseTransport):
+    """The transport's socket when its reads can be paced with ``SO_RCVLOWAT`` (plain TCP), else None."""
+    sock = transport.get_extra_info("socket")
+    if (_SO_RCVLOWAT is None or sock is None or transport.get_extra_info("ssl_object") is not None
+            or sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM):
+        return None
+    return sock
+
+
+def wake_mark(sock, missing: int) -> bool:
+    """Ask the kernel to wake ``sock``'s reader only once ``missing`` bytes (at most ``LOWAT_MAX``) are there, or the
+    connection ends, or its receive window is nearly shut (no deadlock); 1 restores the default. False if the
+    option failed (the socket is gone, or this platform ignores it): the reader then wakes on every arrival."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_RCVLOWAT, max(1, min(missing, LOWAT_MAX)))
+    except OSError:
+        return False
+    return True
 
 
 class ReceiveBuffers:
@@ -73,6 +100,9 @@ class FrameFiller(asyncio.BufferedProtocol):
     def __init__(self, transport: asyncio.Transport, target: memoryview, filled: int, done: asyncio.Future):
         self.transport, self.original = transport, transport.get_protocol()
         self.target, self.filled, self.done = target, filled, done
+        self.sock = paced_socket(transport)
+        if self.sock is not None and not wake_mark(self.sock, len(target) - filled):
+            self.sock = None
 
     @classmethod
     async def fill(cls, transport: asyncio.Transport, target: memoryview, filled: int) -> None:
@@ -95,6 +125,9 @@ class FrameFiller(asyncio.BufferedProtocol):
 
     def _give_back(self) -> None:
         self.target = None
+        if self.sock is not None:
+            wake_mark(self.sock, 1)  # the stream's reads wake on every arrival again
+            self.sock = None
         if self.transport.get_protocol() is self:
             self.transport.set_protocol(self.original)
 
@@ -107,6 +140,8 @@ class FrameFiller(asyncio.BufferedProtocol):
             self._give_back()  # the next read event (the next frames) goes to the stream reader again
             if not self.done.done():
                 self.done.set_result(None)
+        elif self.sock is not None and len(self.target) - self.filled < LOWAT_MAX:
+            wake_mark(self.sock, len(self.target) - self.filled)  # woken early (a shut window): wait for the rest
 
     # writing is the stream's business: responses written while a frame comes in pause and resume the stream's
     # protocol (its drain), not this one
