@@ -207,7 +207,8 @@ def main() -> int:
         try:
             c.start()
             admin = AdminClient({"bootstrap.servers": c.bootstrap})
-            kept = {rf: new_topic(c, admin, f"rf{rf}", rf) for rf in (1, 3)}  # failover's topic, --keep-topics'
+            # rf3 is failover's topic; with --keep-topics both take every run
+            kept = {rf: new_topic(c, admin, f"rf{rf}", rf) for rf in ((1, 3) if args.keep_topics else (3,))}
             runs: dict[str, list[dict]] = {key: [] for key in SETTINGS}
             for i in range(args.runs):
                 for key, (rf, conf) in SETTINGS.items():

@@ -152,7 +152,8 @@ def write_report(results: dict, out: Path) -> None:
              "read, as librdkafka's debug log reports it) and client work.", "",
              "| measure | " + " | ".join(f"`{t}`" for t in TOPICS) + " |", "|---|---|---|"]
     for label, key, fmt in rows:
-        lines.append(f"| {label} | " + " | ".join(side_by_side.cell(values(rounds, t, key), "{:" + fmt + "}") for t in TOPICS) + " |")
+        cells = (side_by_side.cell(values(rounds, t, key), "{:" + fmt + "}") for t in TOPICS)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     best = max(statistics.median(values(rounds, t, "instant_broker_msg_s")) for t in TOPICS)
     lines += ["", f"The issue's goal is 4,000,000 msg/s. The best median *instant broker* figure here is "
               f"{best:,.0f} msg/s: what this client reaches on this machine if the broker's answers cost nothing.",
