@@ -51,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests")]
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support import Cluster, wait_until  # noqa: E402
 
@@ -128,6 +128,15 @@ def new_topic(c: Cluster, admin: AdminClient, name: str, rf: int) -> str:
     conf = {"file.delete.delay.ms": "0", **({"min.insync.replicas": "2"} if rf == 3 else {})}
     admin.create_topics([NewTopic(name, 1, rf, config=conf)])[name].result(30)
     wait_until(lambda: len(c.state(name, 0)["isr"]) == rf, 60, what=f"full ISR of {name}")
+
+    def known() -> bool:  # every broker's metadata has the partition (a watermark query may go to any of them)
+        try:
+            stored_messages(c.bootstrap, name)
+            return True
+        except KafkaException:
+            return False
+
+    wait_until(known, 30, what=f"{name}'s partition in the brokers' metadata")
     return name
 
 

@@ -59,9 +59,12 @@ def wait_for_port(host: str, port: int, timeout: float = 60.0, proc: subprocess.
 class BrokerProcess:
     """One ``logbus broker`` process on a free loopback port, data under ``workdir``."""
 
-    def __init__(self, workdir: Path, broker_id: int = 0, host: str = "127.0.0.1", **overrides: object):
+    def __init__(self, workdir: Path, broker_id: int = 0, host: str = "127.0.0.1", platform_dir: Path | None = None,
+                 **overrides: object):
+        """``platform_dir``: the code to run (default: this tree's ``platform/``; benchmarks pass an older one)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.platform_dir = Path(platform_dir) if platform_dir is not None else REPO / "platform"
         self.host = host
         self.port = free_port(host)
         self.log_dir = self.workdir / "logs"
@@ -84,7 +87,7 @@ class BrokerProcess:
 
     def start(self) -> "BrokerProcess":
         self.write_config()
-        env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+        env = dict(os.environ, PYTHONPATH=str(self.platform_dir))
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "broker", str(self.config_path)],
                                          stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.workdir)
@@ -316,8 +319,10 @@ class ZooKeeperEnsemble:
 class Cluster:
     """A ZooKeeper and ``size`` brokers (ids 0..size-1) under one chroot; brokers stopped and started by id."""
 
-    def __init__(self, workdir: Path, size: int = 3, chroot: str = "/logbus", **overrides: object):
+    def __init__(self, workdir: Path, size: int = 3, chroot: str = "/logbus", platform_dir: Path | None = None,
+                 **overrides: object):
         self.dir = Path(workdir)
+        self.platform_dir = platform_dir
         self.zookeeper = ZooKeeperProcess(self.dir / "zk")
         self.chroot = chroot
         self.overrides = {"zookeeper_session_timeout_ms": 3000, "replica_lag_time_max_ms": 3000,
@@ -331,7 +336,7 @@ class Cluster:
         for i in range(self.size):
             self.brokers[i] = BrokerProcess(self.dir / f"broker{i}", broker_id=i,
                                             zookeeper_connect=self.zookeeper.connect + self.chroot,
-                                            **self.overrides)
+                                            platform_dir=self.platform_dir, **self.overrides)
         for proc in self.brokers.values():
             proc.start()
         self.wait_registered(set(self.brokers))
@@ -404,7 +409,7 @@ def start_with_metrics(c: Cluster) -> Cluster:
     c.zookeeper.start()
     for i in range(c.size):
         b = BrokerProcess(c.dir / f"broker{i}", broker_id=i, zookeeper_connect=c.zookeeper.connect + c.chroot,
-                          **c.overrides)
+                          platform_dir=c.platform_dir, **c.overrides)
         b.metrics_port = free_port()
         b.settings["metrics.listener"] = f"http://127.0.0.1:{b.metrics_port}"
         c.brokers[i] = b.start()
