@@ -37,6 +37,6 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     txn_offset_commit,
     write_txn_markers,
 )
-from broker.handlers.registry import APIS, NO_RESPONSE, Appended, RawResponse
+from broker.handlers.registry import APIS, NO_RESPONSE, RawResponse
 
-__all__ = ["APIS", "NO_RESPONSE", "Appended", "RawResponse"]
+__all__ = ["APIS", "NO_RESPONSE", "RawResponse"]

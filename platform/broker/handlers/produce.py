@@ -15,8 +15,7 @@ configs rewrite batches).
 Decompression stops at that budget, so a bomb costs the loop microseconds; every record set over it goes, with
 the others of the request, in one hop to a small worker pool. Appends run on the event loop (the log is not
 thread-safe), in request order, after the partition's leadership is checked again; a connection's requests are
-appended one at a time, so its order is kept. An acks=all answer that only waits for the ISR is an
-:class:`~broker.handlers.registry.Appended`: the listener appends the connection's next Produce meanwhile.
+handled one at a time, so its order is kept.
 
 A topic's configs may ask for more (:class:`validation.RecordPolicy`, Kafka's LogValidator): CreateTime timestamps
 outside ``message.timestamp.before/after.max.ms`` are INVALID_TIMESTAMP, checked with the records; then
@@ -41,7 +40,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from broker.handlers.registry import NO_RESPONSE, Appended, RawResponse, handles
+from broker.handlers.registry import NO_RESPONSE, RawResponse, handles
 from broker.log.log import PartitionLog
 from broker.log.producer_state import (
     DuplicateSequence,
@@ -228,9 +227,8 @@ async def wait_committed(broker, topic: str, partition: int, offset: int, timeou
 @handles(KEY, "Produce", 3, 9)
 def handle(broker, header, request):
     """Not a coroutine: a request whose records are checked inline and that waits for no replica (every
-    unbatched and batch-50 request with acks 0/1) is answered without a task switch or a coroutine; acks=all
-    returns an :class:`Appended` answer (the batches appended, the answer waits for the ISR), records that need
-    the worker pool a coroutine."""
+    unbatched and batch-50 request with acks 0/1) is answered without a task switch or a coroutine; the others
+    return a coroutine, which the listener awaits."""
     acks = request.acks
     topics = []
     admitted: list[_Partition] = []
@@ -265,30 +263,30 @@ def handle(broker, header, request):
 async def _validate_then_append(broker, header, request, topics, admitted, heavy):
     await asyncio.get_running_loop().run_in_executor(_VALIDATORS, _check_records, heavy)
     result = _append_all(broker, header, request, topics, admitted, awaited=True)
-    return await result if type(result) is Appended else result
+    return await result if asyncio.iscoroutine(result) else result
 
 
 def _append_all(broker, header, request, topics, admitted, awaited: bool):
-    """Append in request order; the response, or (acks=all) an :class:`Appended` answer that waits for the ISR:
-    the appends are done, so the listener may handle the connection's next Produce meanwhile."""
+    """Append in request order; the response, or a coroutine that waits for the ISR first (acks=all)."""
     acks = request.acks
     waits = []
     for part in admitted:
         end = append(broker, part, awaited)
         if end >= 0 and acks == ACKS_ALL and broker.cluster is not None:
             waits.append((part.result, part.topic, part.index, end))
-    if waits:  # the wait keeps no view of the request frame, so its receive buffer is free for the next one
-        return Appended(_wait_then_answer(broker, header, max(ms(request.timeout), 0) / 1000, topics, waits))
+    if waits:
+        return _wait_then_answer(broker, header, request, topics, waits)
     return _answer(header, acks, topics)
 
 
-async def _wait_then_answer(broker, header, timeout: float, topics, waits):
+async def _wait_then_answer(broker, header, request, topics, waits):
+    timeout = max(ms(request.timeout), 0) / 1000
     outcomes = await asyncio.gather(*(wait_committed(broker, t, p, end, timeout) for _, t, p, end in waits))
     for (result, _, _, _), outcome in zip(waits, outcomes):
         if outcome != ErrorCode.none:
             result[1], result[2] = outcome.value, -1
             del result[5:]  # no log_append_time_ms
-    return _answer(header, ACKS_ALL, topics)
+    return _answer(header, request.acks, topics)
 
 
 def _answer(header, acks: int, topics):

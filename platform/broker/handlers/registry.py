@@ -2,8 +2,7 @@
 
 A handler module registers itself with ``@handles(key, name, min_version, max_version)``. A handler takes
 ``(broker, header, request)`` and returns a kio response message, a :class:`RawResponse` (pre-framed parts,
-used by Fetch for zero-copy), or :data:`NO_RESPONSE` (Produce with ``acks=0``). It may be a coroutine, or an
-:class:`Appended` (an answer that waits only for replicas, its request's effects done).
+used by Fetch for zero-copy), or :data:`NO_RESPONSE` (Produce with ``acks=0``). It may be a coroutine.
 """
 
 from __future__ import annotations
@@ -39,20 +38,6 @@ class RawResponse:
 
     def __repr__(self) -> str:
         return f"RawResponse({self.parts!r})"
-
-
-class Appended:
-    """An answer that waits only for other brokers: the request's effects are all done (a Produce with acks=all
-    whose batches are appended and wait for the ISR), so the listener may handle the connection's next Produce
-    while it waits. ``waiting`` is the coroutine that gives the answer. It holds no view of the request frame."""
-
-    __slots__ = ("waiting",)
-
-    def __init__(self, waiting):
-        self.waiting = waiting
-
-    def __await__(self):
-        return self.waiting.__await__()
 
 
 def handles(key: int, name: str, min_version: int, max_version: int):

@@ -1,13 +1,7 @@
 """The Kafka listener: asyncio, one task per connection, requests handled and answered strictly in order.
 
 Like Kafka's processors, a connection is served one request at a time (a long-polling Fetch delays the next
-response on that connection, never other connections); pipelined requests wait in the socket buffer. One
-exception (issue 20): a Produce with acks=all whose batches are appended and that only waits for the ISR (an
-:class:`~broker.handlers.registry.Appended` answer) does not hold up the connection's next Produce, which is
-appended while the first waits (up to ``MAX_APPENDED`` answers waiting). Answers still leave in request order,
-and any other request waits until every earlier answer is out, so it sees what a strictly serial broker shows.
-Kafka mutes the connection instead; then a leader's appends stop for a replication round trip per request, and on
-this 2-core machine that idle time is throughput lost (``bench/results/appended_pipelining/``).
+response on that connection, never other connections); pipelined requests wait in the socket buffer.
 A frame over ``socket.request.max.bytes``, an unknown API key, an unsupported version or a request that does
 not decode is logged and closes that connection only. Produce with ``acks=0`` is not answered.
 
@@ -50,7 +44,6 @@ state) is in the context variable :data:`current_session`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import inspect
 import logging
@@ -60,7 +53,7 @@ import time
 from types import CoroutineType
 
 from broker.config import ConfigError
-from broker.handlers import APIS, NO_RESPONSE, Appended, RawResponse
+from broker.handlers import APIS, NO_RESPONSE, RawResponse
 from broker.handlers.api_versions import unsupported_version_response
 from broker.network.quotas import ConnectionQuotas
 from broker.network.receive import FrameFiller, ReceiveBuffers
@@ -79,7 +72,6 @@ SENDFILE_MIN_BYTES = 64 * 1024  # below this a pread + write is cheaper than dra
 READ_CHUNK = 256 * 1024
 POOL_FREE_BYTES = 1024 * 1024  # frames up to this size do not reserve from queued.max.request.bytes
 STREAM_LIMIT = 64 * 1024  # asyncio stops reading a socket once twice this much is buffered
-MAX_APPENDED = 5  # acks=all answers a connection may have waiting for replicas (Kafka's producer default in flight)
 _SIZE = struct.Struct(">i").unpack_from
 _clock = time.perf_counter
 
@@ -277,30 +269,6 @@ class KafkaListener:
         encrypted = ssl_object is not None
         received = None  # the reused buffer a large frame was received into (plain connections)
         data, pos = b"", 0  # bytes read from the socket and not handled yet: data[pos:]
-        appended: collections.deque[asyncio.Task] = collections.deque()  # answers waiting for replicas, oldest first
-
-        def answered(_task=None) -> None:
-            """Write the answers at the head of ``appended`` that are ready (a task's done callback)."""
-            while appended and appended[0].done():
-                task = appended.popleft()
-                if task.cancelled():
-                    continue
-                if (exc := task.exception()) is not None:  # the order is broken: end the connection
-                    log.error("closing connection from %s after an internal error", peer, exc_info=exc)
-                    for later in appended:
-                        later.cancel()
-                    appended.clear()
-                    writer.transport.abort()
-                    return
-                if (parts := task.result()) is not None:
-                    responses.add(parts)
-
-        async def settle(limit: int = 0) -> None:
-            """Wait until at most ``limit`` answers wait for replicas, each written in order."""
-            while len(appended) > limit:
-                await asyncio.wait((appended[0],))
-                answered()
-
         try:
             while not self._closing:
                 if writer.transport.get_write_buffer_size() > STREAM_LIMIT:  # a client that does not read
@@ -340,17 +308,8 @@ class KafkaListener:
                     if session.raw_tokens:  # SaslHandshake v0: a bare token, answered bare
                         parts = await self._raw_sasl_token(session, bytes(payload))
                     else:
-                        if appended and (len(payload) < 2 or payload[0] or payload[1]):  # not Produce (key 0):
-                            await settle()  # it is handled once every earlier answer is out
                         parts = self.dispatch(payload, session)
-                        if type(parts) is Appended:  # appended; its answer waits for replicas, in a task
-                            task = asyncio.get_running_loop().create_task(parts.waiting)
-                            task.add_done_callback(answered)
-                            appended.append(task)
-                            parts = None
-                        elif appended:  # this answer leaves after theirs
-                            await settle()
-                        if type(parts) is CoroutineType:  # a request that waits (a long-polling fetch)
+                        if type(parts) is CoroutineType:  # a request that waits (acks=all, a long-polling fetch)
                             parts = await parts
                     del payload
                 finally:
@@ -359,8 +318,6 @@ class KafkaListener:
                 if received is not None:
                     self.buffers.give(received)  # kept only if no view of it outlived the request
                     received = None
-                if len(appended) >= MAX_APPENDED:
-                    await settle(MAX_APPENDED - 1)
                 if parts is not None:
                     if len(parts) == 1 and type(parts[0]) is bytes:  # the common answer: one small frame
                         responses.add_bytes(parts[0])
@@ -381,8 +338,6 @@ class KafkaListener:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            for task in appended:  # the connection is gone or failing: their answers cannot follow in order
-                task.cancel()
             responses.flush()  # what was answered before an error or a close still goes out
             self._connections.pop(task, None)
             self.quotas.release(self.name, ip)
@@ -402,8 +357,7 @@ class KafkaListener:
 
     def dispatch(self, payload, session: Session | None = None):
         """Handle one request frame (without its size prefix); the response's parts, or None (no response), or
-        for a request that waits (a handler that returned an awaitable) a coroutine that gives one of those, held
-        in an :class:`Appended` when the request's effects are done and only its answer waits (acks=all).
+        for a request that waits (a handler that returned an awaitable) a coroutine that gives one of those.
         Not a coroutine itself, so a request answered at once costs no coroutine (the produce hot path).
         ``session``: the connection's (default: the task's :data:`current_session`)."""
         header = codec.read_header(payload)
@@ -424,8 +378,6 @@ class KafkaListener:
         started = _clock()
         result = api.handler(self.broker, header, request)
         if type(result) is CoroutineType or (type(result) is not RawResponse and inspect.isawaitable(result)):
-            if type(result) is Appended:  # still an Appended: the listener need not wait for it
-                return Appended(self._answer_later(api.name, header, started, result.waiting))
             return self._answer_later(api.name, header, started, result)
         return self._answer(api.name, header, started, result)
 
