@@ -52,6 +52,15 @@ class BrokerMetrics:
         entry[1] += seconds
         entry[2][bisect.bisect_left(BUCKETS, seconds)] += 1
 
+    def requests_handled(self, api: str, count: int, seconds: float) -> None:
+        """:meth:`request` of ``count`` requests of ``seconds`` each (a run of them handled as one)."""
+        entry = self.requests.get(api)
+        if entry is None:
+            entry = self.requests[api] = [0, 0.0, [0] * (len(BUCKETS) + 1)]
+        entry[0] += count
+        entry[1] += seconds * count
+        entry[2][bisect.bisect_left(BUCKETS, seconds)] += count
+
     def produced(self, topic: str, messages: int, nbytes: int) -> None:
         self.messages_in[topic] += messages
         self.bytes_in[topic] += nbytes

@@ -44,8 +44,8 @@ def frame(api_key: int, version: int, correlation: int, body) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def produce_body(topic: str, records: bytes, acks: int = 1):
-    m = request_module(0, PRODUCE_V)
+def produce_body(topic: str, records: bytes, acks: int = 1, version: int = PRODUCE_V):
+    m = request_module(0, version)
     return m.ProduceRequest(transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10), topic_data=(
         m.TopicProduceData(name=topic, partition_data=(m.PartitionProduceData(index=0, records=records),)),))
 
@@ -70,10 +70,10 @@ def read_frames(sock: socket.socket, count: int) -> list[bytes]:
     return frames
 
 
-def produce_answer(frame_bytes: bytes) -> tuple[int, int, int]:
+def produce_answer(frame_bytes: bytes, version: int = PRODUCE_V) -> tuple[int, int, int]:
     """(correlation id, error code, base offset) of a Produce response."""
     correlation = struct.unpack_from(">i", frame_bytes)[0]
-    body, _ = entity_reader(load_response_schema(0, PRODUCE_V))(frame_bytes, 4)
+    body, _ = entity_reader(load_response_schema(0, version))(frame_bytes, 4 + (version >= 9))  # v9: header tags
     part = body.responses[0].partition_responses[0]
     return correlation, part.error_code.value, part.base_offset
 
@@ -135,6 +135,63 @@ def test_confluent_kafka_unbatched_pipelining_keeps_order(broker):
     assert all(err is None for err, _ in reports)
     assert sorted(offset for _, offset in reports) == list(range(len(values)))
     assert [m.value() for m in read_topic(broker.bootstrap, topic)] == values
+
+
+def test_runs_of_unbatched_v9_requests_are_answered_as_each_alone(broker):
+    """Produce v9 frames of one message each (librdkafka's unbatched producer) in one write: the broker handles runs
+    of them as one (broker.handlers.produce_run). Among them: a corrupt batch, a request for another topic, a
+    Metadata request, acks=0 requests and a batch of 20 records, each of which ends a run. Every request gets the
+    answer it would get alone, in order; kafka-python reads back exactly the accepted records, in order."""
+    topic, other = f"runs-{uuid.uuid4().hex[:8]}", f"runs-other-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    create(broker, other)
+    corrupt = bytearray(batch([b"corrupt"]))
+    corrupt[-1] ^= 0xFF  # its CRC no longer matches
+    burst, expected, stored = bytearray(), [], []  # expected: (correlation, error, base offset or None)
+
+    def produce(cid: int, records: bytes, values: list[bytes], error: int = 0, acks: int = 1, to: str = topic):
+        nonlocal burst
+        burst += frame(0, 9, cid, produce_body(to, records, acks=acks, version=9))
+        if acks:
+            expected.append((cid, error, len(stored) if error == 0 and to == topic else None))
+        if error == 0 and to == topic:
+            stored.extend(values)
+
+    cid = 0
+    for i in range(600):
+        cid += 1
+        if i == 100:
+            produce(cid, bytes(corrupt), [], error=2)  # CORRUPT_MESSAGE
+        elif i == 200:
+            produce(cid, batch([b"elsewhere"]), [], to=other)
+        elif i == 300:
+            burst += frame(3, METADATA_V, cid, metadata_body(topic))
+            expected.append((cid, None, None))
+        elif 400 <= i < 410:
+            produce(cid, batch([b"quiet%d" % i]), [b"quiet%d" % i], acks=0)
+        elif i == 500:
+            values = [b"batched%d" % j for j in range(20)]
+            produce(cid, batch(values), values)
+        else:
+            produce(cid, batch([b"r%d" % i]), [b"r%d" % i])
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        sock.sendall(bytes(burst))
+        answers = read_frames(sock, len(expected))
+    got = []
+    for answer, (cid, _, _) in zip(answers, expected):
+        if struct.unpack_from(">i", answer)[0] == cid and cid == 301:  # the Metadata answer
+            got.append((cid, None, None))
+            continue
+        correlation, error, base = produce_answer(answer, 9)
+        got.append((correlation, error, base if error == 0 and correlation != 201 else None))
+    assert got == expected
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=10_000)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    records = [(m.offset, m.value) for m in consumer]
+    consumer.close()
+    assert records == list(enumerate(stored))
 
 
 @pytest.mark.parametrize("size", [300, 400_000, 1_500_000], ids=["small", "over-read-chunk", "over-pool-free"])

@@ -151,7 +151,8 @@ class PartitionLog:
 
     # ---- writes -------------------------------------------------------------------------------------------
     def append(self, data, summary: records.BatchSummary) -> int:
-        """Append validated batches; returns the base offset assigned to the first one."""
+        """Append validated batches (``data``: whole batches in one buffer, or a list of buffers of one batch
+        each); returns the base offset assigned to the first one."""
         pid, epoch = summary.producer_id, summary.producer_epoch
         if summary.control:
             raise records.InvalidRecord("control batches are written by the broker, not by clients")
@@ -160,10 +161,15 @@ class PartitionLog:
             transactional = control.is_transactional(summary.attributes)
             self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional)
         base = self.segments[-1].next_offset  # the log end offset
-        parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
-        self._maybe_roll(len(data), next_offset - 1)
+        if type(data) is list:
+            parts, next_offset = records.patched_batches(data, base, self.leader_epoch)
+            size = sum(len(batch) for batch in data)
+        else:
+            parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
+            size = len(data)
+        self._maybe_roll(size, next_offset - 1)
         self.epochs.assign(self.leader_epoch, base)  # the file knows the epoch before any batch of it is written
-        self._write(parts, len(data), base, next_offset, summary.max_timestamp, summary.records)
+        self._write(parts, size, base, next_offset, summary.max_timestamp, summary.records)
         if not self.replicated:
             self.high_watermark = next_offset
         if idempotent:

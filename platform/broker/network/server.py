@@ -8,8 +8,9 @@ not decode is logged and closes that connection only. Produce with ``acks=0`` is
 Reading (issue 20): a connection reads what the socket has, up to ``READ_CHUNK`` at a time, and handles every
 whole frame in it in order before it reads again, so a burst of pipelined requests (an unbatched producer keeps
 hundreds in flight) costs one read, not two ``readexactly`` per frame; their answers leave together
-(:class:`Responses`). A frame that is not whole yet is completed with exactly its missing bytes, so a frame
-dribbled in many pieces is not copied again with each piece.
+(:class:`Responses`); a run of unbatched Produce requests among them is handled as one
+(:mod:`broker.handlers.produce_run`). A frame that is not whole yet is completed with exactly its missing bytes,
+so a frame dribbled in many pieces is not copied again with each piece.
 
 A frame larger than ``READ_CHUNK`` and at most ``POOL_FREE_BYTES`` on a plain connection (a batched producer's
 Produce request) is received by the kernel straight into a buffer reused across requests
@@ -54,6 +55,7 @@ from types import CoroutineType
 
 from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
+from broker.handlers import produce_run
 from broker.handlers.api_versions import unsupported_version_response
 from broker.network.quotas import ConnectionQuotas
 from broker.network.receive import FrameFiller, ReceiveBuffers
@@ -285,6 +287,14 @@ class KafkaListener:
                 start = pos + 4
                 reserved = 0
                 if have - 4 >= size:  # a whole frame is here already (pipelined requests: most of them)
+                    if (size <= produce_run.FRAME_MAX and have - 8 >= size and not data[start] and not data[start + 1]
+                            and session.authenticated and not session.raw_tokens):  # a small Produce, a frame behind
+                        run = produce_run.answer(self, data, pos, session)
+                        if run is not None:  # a run of unbatched requests, handled as one
+                            answers, pos = run
+                            for answer in answers:
+                                responses.add_bytes(answer)
+                            continue
                     payload = data[start:start + size]
                     pos = start + size
                 elif size <= READ_CHUNK:  # the rest of this frame, exactly, so a frame sent in pieces is not

@@ -93,3 +93,15 @@ def _encode_one(version: int, correlation_id: int, name: str, entry) -> bytes:
     else:
         fields = _PARTITION.pack(entry[0], entry[1], entry[2], append_time)
     return b"".join((_SIZE_CORRELATION.pack(size, correlation_id), head, fields, tail))
+
+
+def encode_run(version: int, correlations: list[int], name: str, index: int, bases: list[int],
+               log_start_offset: int) -> list[bytes]:
+    """:func:`encode` of the answers to a run of requests for one partition (``produce_run``), all without an
+    error: the i-th to ``correlations[i]`` with base offset ``bases[i]``. Same bytes, one pack each."""
+    head, tail, size = _one_template(version, name)
+    if version < 5:
+        return [_encode_one(version, c, name, (index, 0, b, log_start_offset, None))
+                for c, b in zip(correlations, bases)]
+    pack = struct.Struct(f">ii{len(head)}sihqqq{len(tail)}s").pack
+    return [pack(size, c, head, index, 0, b, -1, log_start_offset, tail) for c, b in zip(correlations, bases)]

@@ -169,6 +169,17 @@ def patched_parts(buf: bytes, base_offset: int, leader_epoch: int) -> tuple[list
     return parts, offset
 
 
+def patched_batches(batches: list, base_offset: int, leader_epoch: int) -> tuple[list, int]:
+    """:func:`patched_parts` of validated batches given one per buffer (a run of unbatched Produce requests)."""
+    parts = []
+    offset = base_offset
+    for batch in batches:
+        parts.append(_PATCHED_PREFIX.pack(offset, len(batch) - LOG_OVERHEAD, leader_epoch))
+        parts.append(batch[16:])
+        offset += _LAST_DELTA.unpack_from(batch, 23)[0] + 1
+    return parts, offset
+
+
 def assign_offsets(buf: bytes, base_offset: int, leader_epoch: int) -> tuple[bytes, int]:
     """:func:`patched_parts` joined into one bytes object (for readers and tests; the log writes the parts)."""
     parts, next_offset = patched_parts(buf, base_offset, leader_epoch)
