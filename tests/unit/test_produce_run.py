@@ -87,8 +87,8 @@ def _frame(correlation_id: int, batch: bytes, topic: str = "t", acks: int = 1) -
     return struct.pack(">i", len(payload)) + payload
 
 
-def _setup(tmp_path):
-    plog = PartitionLog(str(tmp_path / "t-0"), "t", 0, LogConfig())
+def _setup(tmp_path, **config):
+    plog = PartitionLog(str(tmp_path / "t-0"), "t", 0, LogConfig(**config))
     broker = _Broker(plog)
     return plog, broker, _Listener(broker)
 
@@ -206,3 +206,35 @@ def test_an_idempotent_producers_frames_are_left_alone_before_anything_is_decode
                                             producer_id=7, producer_epoch=0, base_sequence=i) for i in range(3)]
     monkeypatch.setattr(produce_run.codec, "read_header", lambda *a: pytest.fail("decoded"))
     assert produce_run.answer(listener, b"".join(_frame(i, b) for i, b in enumerate(idempotent)), 0, None) is None
+
+
+def _all_runs(listener, data: bytes) -> int:
+    """Hand ``data`` to produce_run until it is used up (every frame joins a run); the number of runs."""
+    runs, pos = 0, 0
+    while pos < len(data):
+        answers, pos = produce_run.answer(listener, data, pos, None)
+        runs += 1
+    return runs
+
+
+def test_the_log_is_laid_out_as_if_the_requests_came_one_by_one(tmp_path):
+    """Segments roll where they would for each request alone, and every batch gets its own index entries."""
+    batch = _batch(b"s" * 50)
+    per_segment = 300 // len(batch)  # batches a 300-byte segment takes before the next one rolls it
+    plog, broker, listener = _setup(tmp_path, segment_bytes=300, index_interval_bytes=0)
+    data = b"".join(_frame(i, batch) for i in range(per_segment * 5))
+    assert _all_runs(listener, data) == 5  # a run ends before the request that would roll the segment
+    assert [s.size for s in plog.segments] == [per_segment * len(batch)] * 5
+    assert [len(s.offset_index) for s in plog.segments] == [per_segment] * 5  # index.interval.bytes=0: each batch
+
+
+def test_a_frame_over_frame_max_ends_the_run(tmp_path):
+    plog, broker, listener = _setup(tmp_path)
+    frames = [_frame(1, _batch(b"a")), _frame(2, _batch(b"b")), _frame(3, _batch(b"c" * produce_run.FRAME_MAX))]
+    answers, pos = produce_run.answer(listener, b"".join(frames), 0, None)
+    assert len(answers) == 2 and pos == len(frames[0]) + len(frames[1])
+
+
+def test_a_topic_with_flush_messages_is_left_alone(tmp_path):
+    plog, broker, listener = _setup(tmp_path, flush_interval_messages=3)
+    assert produce_run.answer(listener, b"".join(_frame(i, _batch(b"f")) for i in range(5)), 0, None) is None

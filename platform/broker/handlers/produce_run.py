@@ -11,9 +11,12 @@ Every request of a run gets the answer it would get alone: the same topic, parti
 and principal, admitted once; batches checked one by one; offsets assigned in request order. Only what the
 plainest path would accept joins a run: Produce v9 with no transactional id, one topic of one partition, one
 uncompressed batch of fewer than ``validation.KERNEL_MIN_RECORDS`` records from a producer without a producer id,
-on a topic whose configs rewrite or bound nothing. The run ends before the first frame that differs or whose
-records fail a check; that frame, and anything else, is handled alone (with its exact answer or error). A run
-holds at most ``RUN_MAX`` requests, so the sparse offset index still gets an entry every few KB.
+on a topic whose configs rewrite or bound nothing and that sets no ``flush.messages``. The run ends before the
+first frame that differs or whose records fail a check; that frame, and anything else, is handled alone (with its
+exact answer or error). The log ends up as if the requests had come one by one: the run ends before a request
+that would roll the segment, and every batch gets the offset and time index entries it would get alone. A run
+holds at most ``RUN_MAX`` requests. One difference: the run is one write, so a write the disk refuses fails every
+request of the run (KAFKA_STORAGE_ERROR, retriable), where alone the first few might have been written.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import struct
 import time
 
 from broker.handlers.produce import _Partition, admit, records
+from broker.log.log import LogConfig
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import codec, produce_request, produce_response, validation
 from broker.protocol.messages import ErrorCode
@@ -34,6 +38,7 @@ _COUNT = struct.Struct(">i").unpack_from
 _I16 = struct.Struct(">h").unpack_from
 _TAGS = b"\x00\x00\x00"  # a v9 request's partition, topic and body tag sections, empty
 _clock = time.perf_counter
+_NEVER = LogConfig.flush_interval_messages  # flush.messages unset: no flush counted by messages
 
 
 def _records_length(data: bytes, at: int) -> tuple[int, int]:
@@ -103,6 +108,10 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
     part.data = b""  # admit() refuses a null record set; the run's batches are checked below
     if not admit(broker, part, request.acks) or not part.policy.plain:
         return None
+    config = part.plog.config
+    if config.flush_interval_messages != _NEVER:  # flush.messages set: its count is kept request by request
+        return None
+    used, room = part.plog.segments[-1].size, config.segment_bytes  # the active segment, as the run fills it
     head, body = data[start:start + 4], data[start + 8:start + mid]
     view = memoryview(data)
     limit = listener.max_request_bytes  # a larger frame closes the connection when it is handled alone
@@ -114,7 +123,7 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
         size = _SIZE(data, at)[0]
         first = at + 4
         last = first + size
-        if (last > end or size < mid + 4 or size > limit or data[first:first + 4] != head
+        if (last > end or size < mid + 4 or size > FRAME_MAX or size > limit or data[first:first + 4] != head
                 or data[first + 8:first + mid] != body):
             break
         length, width = _records_length(data, first + mid)
@@ -128,6 +137,11 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
             break
         if summary is None or summary.producer_id >= 0:
             break
+        if used and used + len(batch) > room:  # alone, this request would roll the segment first
+            if batches:
+                break  # it starts the next run, and rolls the segment as it would alone
+            used = 0
+        used += len(batch)
         batches.append(batch)
         correlations.append(_SIZE(data, first + 4)[0])
         count += summary.records

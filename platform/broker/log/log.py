@@ -161,15 +161,16 @@ class PartitionLog:
             transactional = control.is_transactional(summary.attributes)
             self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional)
         base = self.segments[-1].next_offset  # the log end offset
+        each = None  # a list of batches: indexed one by one, as if appended one by one
         if type(data) is list:
-            parts, next_offset = records.patched_batches(data, base, self.leader_epoch)
-            size = sum(len(batch) for batch in data)
+            parts, next_offset, each = records.patched_batches(data, base, self.leader_epoch)
+            size = sum(batch[1] for batch in each)
         else:
             parts, next_offset = records.patched_parts(data, base, self.leader_epoch)
             size = len(data)
         self._maybe_roll(size, next_offset - 1)
         self.epochs.assign(self.leader_epoch, base)  # the file knows the epoch before any batch of it is written
-        self._write(parts, size, base, next_offset, summary.max_timestamp, summary.records)
+        self._write(parts, size, base, next_offset, summary.max_timestamp, summary.records, each)
         if not self.replicated:
             self.high_watermark = next_offset
         if idempotent:
@@ -251,12 +252,14 @@ class PartitionLog:
             pos += h.size
         return next_offset
 
-    def _write(self, parts: list, size: int, base: int, next_offset: int, max_timestamp: int, count: int) -> None:
-        """Append to the active segment, and flush when the flush policy says so: all or nothing (OSError)."""
+    def _write(self, parts: list, size: int, base: int, next_offset: int, max_timestamp: int, count: int,
+               batches: list | None = None) -> None:
+        """Append to the active segment, and flush when the flush policy says so: all or nothing (OSError).
+        ``batches``: index each batch on its own (see :meth:`LogSegment.append`)."""
         active = self.segments[-1]
         due = self._unflushed_messages + count >= self.config.flush_interval_messages
         mark = active.mark() if due else None
-        active.append(parts, size, base, next_offset, max_timestamp)
+        active.append(parts, size, base, next_offset, max_timestamp, batches)
         if not due:
             self._unflushed_messages += count
             return

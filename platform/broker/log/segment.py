@@ -162,9 +162,12 @@ class LogSegment:
         return dropped
 
     # ---- writes -------------------------------------------------------------------------------------------
-    def append(self, parts: list, size: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
+    def append(self, parts: list, size: int, base_offset: int, next_offset: int, max_timestamp: int,
+               batches: list | None = None) -> None:
         """Append whole batches (offsets already assigned), given as buffers totalling ``size`` bytes, in one
-        ``writev``. One index entry at most per call. All or nothing: raises OSError with the file cut back."""
+        ``writev``. One index entry at most per call, or per batch of ``batches`` ((base offset, size, max
+        timestamp) of each: a run of requests indexed as if appended one by one). All or nothing: raises OSError
+        with the file cut back."""
         if self._torn:
             self.repair()
         position = self.size
@@ -180,7 +183,12 @@ class LogSegment:
             raise OSError(errno.ENOSPC, f"short write to {self.path} ({written} of {size} bytes): disk full")
         if self.first_append_ms is None:
             self.first_append_ms = int(time.time() * 1000)
-        self._index_batch(base_offset, position, size, max_timestamp)
+        if batches is None:
+            self._index_batch(base_offset, position, size, max_timestamp)
+        else:
+            for offset, batch_size, timestamp in batches:
+                self._index_batch(offset, position, batch_size, timestamp)
+                position += batch_size
         self.size += size
         self.next_offset = next_offset
 

@@ -169,15 +169,22 @@ def patched_parts(buf: bytes, base_offset: int, leader_epoch: int) -> tuple[list
     return parts, offset
 
 
-def patched_batches(batches: list, base_offset: int, leader_epoch: int) -> tuple[list, int]:
-    """:func:`patched_parts` of validated batches given one per buffer (a run of unbatched Produce requests)."""
+_MAX_TIMESTAMP = struct.Struct(">q")  # at byte 35 of a batch
+
+
+def patched_batches(batches: list, base_offset: int, leader_epoch: int) -> tuple[list, int, list]:
+    """:func:`patched_parts` of validated batches given one per buffer (a run of unbatched Produce requests), and
+    each batch's (base offset, size, max timestamp) for the indexes."""
     parts = []
+    each = []
     offset = base_offset
     for batch in batches:
-        parts.append(_PATCHED_PREFIX.pack(offset, len(batch) - LOG_OVERHEAD, leader_epoch))
+        size = len(batch)
+        parts.append(_PATCHED_PREFIX.pack(offset, size - LOG_OVERHEAD, leader_epoch))
         parts.append(batch[16:])
+        each.append((offset, size, _MAX_TIMESTAMP.unpack_from(batch, 35)[0]))
         offset += _LAST_DELTA.unpack_from(batch, 23)[0] + 1
-    return parts, offset
+    return parts, offset, each
 
 
 def assign_offsets(buf: bytes, base_offset: int, leader_epoch: int) -> tuple[bytes, int]:
