@@ -44,16 +44,8 @@ class BrokerMetrics:
         self._server = None
 
     # ---- the request path --------------------------------------------------------------------------------
-    def request(self, api: str, seconds: float) -> None:
-        entry = self.requests.get(api)
-        if entry is None:
-            entry = self.requests[api] = [0, 0.0, [0] * (len(BUCKETS) + 1)]
-        entry[0] += 1
-        entry[1] += seconds
-        entry[2][bisect.bisect_left(BUCKETS, seconds)] += 1
-
-    def requests_handled(self, api: str, count: int, seconds: float) -> None:
-        """:meth:`request` of ``count`` requests of ``seconds`` each (a run of them handled as one)."""
+    def request(self, api: str, seconds: float, count: int = 1) -> None:
+        """``count`` requests of ``api`` that took ``seconds`` each (more than one: a run handled as one)."""
         entry = self.requests.get(api)
         if entry is None:
             entry = self.requests[api] = [0, 0.0, [0] * (len(BUCKETS) + 1)]

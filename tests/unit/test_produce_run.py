@@ -27,10 +27,7 @@ class _Metrics:
         self.requests = Counter()
         self.messages = Counter()
 
-    def request(self, api, seconds):
-        self.requests[api] += 1
-
-    def requests_handled(self, api, count, seconds):
+    def request(self, api, seconds, count=1):
         self.requests[api] += count
 
     def produced(self, topic, messages, nbytes):

@@ -33,8 +33,7 @@ from broker.security import access
 
 RUN_MAX = 64
 FRAME_MAX = 8 * 1024  # larger frames (a batched producer's: 50 messages of 200 bytes are 11 KB) go alone
-_SIZE = struct.Struct(">i").unpack_from
-_COUNT = struct.Struct(">i").unpack_from
+_I32 = struct.Struct(">i").unpack_from
 _I16 = struct.Struct(">h").unpack_from
 _TAGS = b"\x00\x00\x00"  # a v9 request's partition, topic and body tag sections, empty
 _clock = time.perf_counter
@@ -72,7 +71,7 @@ def _plain(data: bytes, start: int, end: int) -> bool:
     batch = at + 5 + (1 if data[at + 5] < 0x80 else 2)  # after the record set's compact length
     # magic 2, not compressed nor control, no producer id (-1: its first byte 0xFF), a few records
     return (batch + 61 <= end and data[batch + 16] == 2 and not data[batch + 22] & 0x27 and data[batch + 43] == 0xFF
-            and 0 < _COUNT(data, batch + 57)[0] < validation.KERNEL_MIN_RECORDS)
+            and 0 < _I32(data, batch + 57)[0] < validation.KERNEL_MIN_RECORDS)
 
 
 def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] | None:
@@ -80,12 +79,12 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
     answers in order, the position after the run), or None when fewer than two frames form a run (nothing was
     done: the caller handles the frame alone)."""
     end = len(data)
-    size = _SIZE(data, pos)[0]
+    size = _I32(data, pos)[0]
     start = pos + 4
     after = start + size
     if after + 4 > end or not _plain(data, start, after):
         return None
-    second = _SIZE(data, after)[0]
+    second = _I32(data, after)[0]
     if after + 4 + second > end or not _plain(data, after + 4, after + 4 + second):
         return None
     started = _clock()
@@ -104,8 +103,7 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
     if getattr(broker, "authorizer", None) is not None and not access.allowed(broker, "Write", access.TOPIC, name,
                                                                               quiet=True):
         return None  # alone, it gets TOPIC_AUTHORIZATION_FAILED (and its denial is logged)
-    part = _Partition([pdata.index, 0, -1, -1, None], name, pdata.index, None)
-    part.data = b""  # admit() refuses a null record set; the run's batches are checked below
+    part = _Partition([pdata.index, 0, -1, -1, None], name, pdata.index, b"")  # its batches are checked below
     if not admit(broker, part, request.acks) or not part.policy.plain:
         return None
     config = part.plog.config
@@ -115,12 +113,12 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
     head, body = data[start:start + 4], data[start + 8:start + mid]
     view = memoryview(data)
     limit = listener.max_request_bytes  # a larger frame closes the connection when it is handled alone
-    batches, correlations = [], []
-    count = offsets = 0
+    batches, correlations, spans = [], [], []  # spans: the offsets each batch takes
+    count = 0
     max_ts = -1
     at = pos
     while len(batches) < RUN_MAX and at + 4 <= end:
-        size = _SIZE(data, at)[0]
+        size = _I32(data, at)[0]
         first = at + 4
         last = first + size
         if (last > end or size < mid + 4 or size > FRAME_MAX or size > limit or data[first:first + 4] != head
@@ -143,9 +141,9 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
             used = 0
         used += len(batch)
         batches.append(batch)
-        correlations.append(_SIZE(data, first + 4)[0])
+        correlations.append(_I32(data, first + 4)[0])
+        spans.append(summary.offset_count)
         count += summary.records
-        offsets += summary.offset_count
         if summary.max_timestamp > max_ts:
             max_ts = summary.max_timestamp
         at = last
@@ -153,24 +151,23 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
         return None
     plog = part.plog
     try:
-        base = plog.append(batches, records.BatchSummary(len(batches), count, offsets, max_ts))
+        base = plog.append(batches, records.BatchSummary(len(batches), count, sum(spans), max_ts))
     except OSError as exc:
         incidents.failed(f"appends to {log_dir_of(plog.dir)}", exc, f"{name}-{pdata.index}")
         error = [(name, [[pdata.index, ErrorCode.kafka_storage_error.value, -1, plog.log_start_offset, str(exc)]])]
         answers = [produce_response.encode(9, c, error) for c in correlations] if request.acks else []
-        broker.metrics.requests_handled("Produce", len(correlations), (_clock() - started) / len(correlations))
-        return answers, at
-    if incidents.any:
-        incidents.succeeded(f"appends to {log_dir_of(plog.dir)}")
-    if broker.cluster is not None:
-        broker.cluster.partition(name, pdata.index).maybe_advance_high_watermark()
-    broker.notify_append(name, pdata.index)
-    broker.metrics.produced(name, count, sum(len(b) for b in batches))
-    bases = []
-    for batch in batches:  # each batch's base offset, in request order
-        bases.append(base)
-        base += _COUNT(batch, 23)[0] + 1
-    answers = produce_response.encode_run(9, correlations, name, pdata.index, bases, plog.log_start_offset) \
-        if request.acks else []
-    broker.metrics.requests_handled("Produce", len(correlations), (_clock() - started) / len(correlations))
+    else:
+        if incidents.any:
+            incidents.succeeded(f"appends to {log_dir_of(plog.dir)}")
+        if broker.cluster is not None:
+            broker.cluster.partition(name, pdata.index).maybe_advance_high_watermark()
+        broker.notify_append(name, pdata.index)
+        broker.metrics.produced(name, count, sum(len(b) for b in batches))
+        bases = []
+        for span in spans:  # each batch's base offset, in request order
+            bases.append(base)
+            base += span
+        answers = produce_response.encode_run(9, correlations, name, pdata.index, bases, plog.log_start_offset) \
+            if request.acks else []
+    broker.metrics.request("Produce", (_clock() - started) / len(correlations), len(correlations))
     return answers, at

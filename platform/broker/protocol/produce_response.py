@@ -95,13 +95,19 @@ def _encode_one(version: int, correlation_id: int, name: str, entry) -> bytes:
     return b"".join((_SIZE_CORRELATION.pack(size, correlation_id), head, fields, tail))
 
 
+
+_run_packs: dict[tuple[int, str], tuple] = {}
+
+
 def encode_run(version: int, correlations: list[int], name: str, index: int, bases: list[int],
                log_start_offset: int) -> list[bytes]:
-    """:func:`encode` of the answers to a run of requests for one partition (``produce_run``), all without an
+    """:func:`encode` of the answers to a run of requests for one partition (``produce_run``; v5+), all without an
     error: the i-th to ``correlations[i]`` with base offset ``bases[i]``. Same bytes, one pack each."""
-    head, tail, size = _one_template(version, name)
-    if version < 5:
-        return [_encode_one(version, c, name, (index, 0, b, log_start_offset, None))
-                for c, b in zip(correlations, bases)]
-    pack = struct.Struct(f">ii{len(head)}sihqqq{len(tail)}s").pack
+    cached = _run_packs.get((version, name))
+    if cached is None:
+        head, tail, size = _one_template(version, name)
+        cached = (struct.Struct(f">ii{len(head)}sihqqq{len(tail)}s").pack, head, tail, size)
+        if len(_run_packs) < 4096:  # bounded: topic names come from clients
+            _run_packs[(version, name)] = cached
+    pack, head, tail, size = cached
     return [pack(size, c, head, index, 0, b, -1, log_start_offset, tail) for c, b in zip(correlations, bases)]
