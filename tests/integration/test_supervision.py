@@ -91,18 +91,22 @@ def test_kill_9_of_the_service_restarts_it_and_sigterm_stops_it_for_good(supervi
     # the service counts the SIGTERMs it gets, then exits
     sup = supervised('trap "echo term >> terms; exit 0" TERM; echo $$ >> starts; while :; do sleep 0.1; done')
     first = wait_until(sup.running_child, 10, what="the service")
+    starts = tmp_path / "starts"
+    # killed only once it has recorded its start: on a busy machine the shell may not have reached its first lines
+    # when the supervisor records its pid, and a shell killed before its `echo` would leave one start, not two
+    wait_until(lambda: starts.exists() and len(starts.read_text().split()) == 1, 10, what="the first start recorded")
     os.kill(first, signal.SIGKILL)
     second = wait_until(lambda: sup.running_child(other_than=first), 10, what="the service restarted")
     status = sup.status()
     assert status["restarts"] == 1 and status["last_exit_code"] == -9 and status["state"] == "running"
     # the new shell runs (the supervisor saw it) but may not have reached its first lines yet on a busy machine
-    wait_until(lambda: len((tmp_path / "starts").read_text().split()) == 2, 10, what="the second start recorded")
+    wait_until(lambda: len(starts.read_text().split()) == 2, 10, what="the second start recorded")
     sup.proc.send_signal(signal.SIGTERM)
     assert sup.proc.wait(10) == 0
     assert not _alive(second)
     assert (tmp_path / "terms").read_text().split() == ["term"]  # passed on once, not twice
     time.sleep(3)
-    assert len((tmp_path / "starts").read_text().split()) == 2, "restarted after being told to stop"
+    assert len(starts.read_text().split()) == 2, "restarted after being told to stop"
 
 
 def test_kill_9_of_the_supervisor_stops_its_service(supervised):
