@@ -273,6 +273,33 @@ def test_open_transaction_survives_a_broker_restart(tmp_path, how):
         broker.stop()
 
 
+def test_a_changed_partition_count_setting_keeps_transactional_ids_where_they_are(tmp_path):
+    """As Kafka: once ``__transaction_state`` exists, its own partition count places a transactional id, not
+    ``transaction.state.log.num.partitions`` (an operator who changes the setting later must not lose open
+    transactions or the fencing of zombies)."""
+    from broker.protocol.txn_log import partition_for
+
+    txn_id = next(t for t in (f"moved-{i}" for i in range(1000)) if partition_for(t, 50) >= 5)  # a partition 5 lack
+    broker = BrokerProcess(tmp_path / "b", **SETTINGS).start()  # 5 partitions
+    try:
+        topic = new_topic(broker)
+        p = txn_producer(broker, txn_id)
+        p.init_transactions(30)
+        p.begin_transaction()
+        produce_all(p, topic, values("lost", 6))
+        broker.stop()
+        broker.settings["transaction.state.log.num.partitions"] = 50
+        broker.start()
+        again = txn_producer(broker, txn_id)
+        again.init_transactions(60)  # finds the id's state where it was, and aborts the open transaction
+        again.begin_transaction()
+        produce_all(again, topic, values("kept", 6))
+        again.commit_transaction(30)
+        assert read_confluent(broker, topic, "read_committed") == sorted(values("kept", 6))
+    finally:
+        broker.stop()
+
+
 def consume_transform_produce(bootstrap, source, sink, group, txn_id, rounds, abort_rounds=(), timeout=60,
                               expect=30):
     """A confluent-kafka read-process-write loop: each round consumes ``expect`` messages (one consume call may

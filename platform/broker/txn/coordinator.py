@@ -87,8 +87,15 @@ class TransactionCoordinator:
         task.add_done_callback(self._tasks.discard)
 
     # ---- where a transactional id lives ----------------------------------------------------------------------
+    @property
+    def partition_count(self) -> int:
+        """The partitions of ``__transaction_state`` once it exists, else ``transaction.state.log.num.partitions``
+        (as Kafka: a setting changed later must not move transactional ids away from their state)."""
+        info = self.broker.topics.get(TOPIC)
+        return info.partitions if info is not None else self.num_partitions
+
     def partition_of(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.num_partitions)
+        return partition_for(transactional_id, self.partition_count)
 
     async def ensure_topic(self) -> ErrorCode:
         """Create ``__transaction_state`` on first need (COORDINATOR_NOT_AVAILABLE meanwhile)."""
@@ -346,7 +353,7 @@ class TransactionCoordinator:
     async def _tick(self) -> None:
         if self.broker.topics.get(TOPIC) is None:
             return
-        for p in range(self.num_partitions):
+        for p in range(self.partition_count):
             if self._leader_epoch(p) is not None:
                 await self._owned(p)  # loads partitions this broker leads since the last tick
             elif p in self.owned:
