@@ -100,16 +100,20 @@ class BrokerLifecycle:
                 out[int(entry.api_key)] = (min(versions), max(versions))
         return out
 
-    def restart(self, reason: str) -> None:
-        """Collect mode: kill -9 whatever is left and start again (the same log dir; a fresh one if need be)."""
-        self.probe.flush_inflight()
-        self.probe.paused.set()
+    def kill9_keeping_canary(self) -> None:
+        """The canary's acknowledged records kept for the read-back, then the broker's memory sampled and kill -9."""
         if self.canary is not None:
             self.canary_written.update(self.canary.written)
             self.canary.close()
             self.canary = None
         self.probe.sample_rss()
         self.broker.kill9()
+
+    def restart(self, reason: str) -> None:
+        """Collect mode: kill -9 whatever is left and start again (the same log dir; a fresh one if need be)."""
+        self.probe.flush_inflight()
+        self.probe.paused.set()
+        self.kill9_keeping_canary()
         began = time.monotonic()
         entry = {"after": reason, "case": self.current}
         try:

@@ -22,12 +22,7 @@ class Report:
         """kill -9, start on the same log dir, read back every acknowledged record."""
         self.probe.flush_inflight()
         self.probe.stop()
-        if self.canary is not None:
-            self.canary_written.update(self.canary.written)
-            self.canary.close()
-            self.canary = None
-        self.probe.sample_rss()
-        self.broker.kill9()
+        self.kill9_keeping_canary()
         began = time.monotonic()
         result = {"started": False, "records_checked": 0, "canary_checked": 0}
         try:
