@@ -95,7 +95,6 @@ def _encode_one(version: int, correlation_id: int, name: str, entry) -> bytes:
     return b"".join((_SIZE_CORRELATION.pack(size, correlation_id), head, fields, tail))
 
 
-
 _run_packs: dict[tuple[int, str], tuple] = {}
 
 
