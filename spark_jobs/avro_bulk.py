@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from broker.protocol import kernels
 from broker.protocol.columnar import varint
-from spark_jobs.columnar import Records, binary_array, string_array
+from broker.protocol.record_columns import Records, decimals, named_headers
+from spark_jobs.columnar import binary_array, string_array
 
 SIMPLE = {"boolean", "int", "long", "float", "double", "string", "bytes"}
 AUDIT = {"_producer": "logbus.audit.producer", "_seq": "logbus.audit.seq", "_host": "logbus.audit.host",
@@ -132,60 +132,15 @@ def decode(r: Records, fields: list[tuple[str, str, int]], arrow_fields) -> dict
 
 def audit_columns(r: Records) -> dict:
     """{_producer, _seq, _host, _generated}: Arrow arrays of the audit headers (null where absent)."""
-    targets = {column: np.frombuffer(key.encode(), dtype=np.uint8) for column, key in AUDIT.items()}
-    lengths = np.array(sorted({len(t) for t in targets.values()}))
-    width = int(lengths.max())
-    n = len(r)
-    if r.named is not None and all(key in r.named for key in AUDIT.values()):  # found by the compiled parse
-        found = {column: r.named[key] for column, key in AUDIT.items()}
-        targets = {}
-    else:
-        found = {column: (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)) for column in AUDIT}
-    for idx, hk_pos, hk_len, hv_pos, hv_len in r.headers if targets else ():  # in order: the last of a name wins
-        candidates = np.flatnonzero(np.isin(hk_len, lengths))
-        if not candidates.size:
-            continue
-        keys = r.buf[np.minimum(hk_pos[candidates][:, None] + np.arange(width), len(r.buf) - 1)]
-        for column, target in targets.items():
-            hit = candidates[(hk_len[candidates] == len(target)) & (keys[:, :len(target)] == target).all(axis=1)]
-            vpos, vlen = found[column]
-            vpos[idx[hit]], vlen[idx[hit]] = hv_pos[hit], hv_len[hit]
+    import pyarrow as pa
+
+    found = named_headers(r, tuple(AUDIT.values()))
     out = {}
-    for column, (vpos, vlen) in found.items():
+    for column, key in AUDIT.items():
+        vpos, vlen = found[key]
         if column in ("_producer", "_host"):
             out[column] = string_array(r.buf, vpos, vlen, errors="replace")
         else:
-            out[column] = _integers(r.buf, vpos, vlen)
+            values, ok = decimals(r.buf, vpos, vlen)
+            out[column] = pa.array(values, mask=~ok, type=pa.int64())
     return out
-
-
-def _integers(buf, pos, length):
-    """Arrow int64 of ``int(value)`` of ASCII decimals (null for null or unparsable), vectorized for plain
-    digits."""
-    import pyarrow as pa
-
-    n = len(pos)
-    plain = (length >= 1) & (length <= 18)
-    width = int(length[plain].max()) if plain.any() else 0
-    values = np.zeros(n, dtype=np.int64)
-    if kernels.ENABLED:
-        kernels.decimals(buf, pos, length, values, plain)
-    elif width:
-        cols = np.arange(width)
-        digits = buf[np.minimum(pos[:, None] + cols, len(buf) - 1)].astype(np.int64) - 48
-        inside = cols[None, :] < length[:, None]
-        plain &= ((digits >= 0) & (digits <= 9) | ~inside).all(axis=1)
-        weights = np.where(inside, digits, 0)
-        for k in range(width):
-            values = np.where(k < length, values * 10 + weights[:, k], values)
-    odd = np.flatnonzero(~plain & (length >= 0))
-    if not odd.size:
-        return pa.array(values, mask=~plain, type=pa.int64())
-    result = [int(v) if ok else None for v, ok in zip(values, plain)]
-    for i in odd:
-        try:
-            value = int(bytes(buf[pos[i]: pos[i] + length[i]]))
-        except ValueError:
-            value = None
-        result[i] = value if value is not None and -2**63 <= value < 2**63 else None  # beyond int64: unparsable
-    return pa.array(result, type=pa.int64())

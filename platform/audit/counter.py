@@ -1,8 +1,9 @@
 """``logbus audit-counter``: one tier's counts (a live datacenter, the offline cluster).
 
 It reads the whitelisted topics of its cluster (assigned partitions, not a group: its position is part of its
-state), and counts per (topic, event-time window, producer) the messages received and the distinct sequence
-numbers seen (as ranges). Every ``--emit-interval-ms`` it publishes, for every count that changed, a cumulative
+state) as whole record batches (:mod:`audit.batch_reader`, :mod:`audit.bulk`; librdkafka's consumer on secured
+clusters or with ``--reader records``), read_committed, and counts per (topic, event-time window, producer) the
+messages received and the distinct sequence numbers seen (as ranges). Every ``--emit-interval-ms`` it publishes, for every count that changed, a cumulative
 TIER snapshot to ``_audit`` and then a round marker carrying its position in every partition. State and position
 travel together: on restart the counter rebuilds both from its last complete round in ``_audit`` (snapshots of an
 unfinished round are ignored and superseded), so a ``kill -9`` replays into exactly the same counts. The
@@ -30,6 +31,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from audit import batch_reader, bulk
 from audit.collector import AuditDecoder, Malformed, read_to_end
 from audit.events import (
     AUDIT_TOPIC,
@@ -45,6 +47,7 @@ from audit.reconcile import ROUND
 from logbus.retry import Backoff
 
 log = logging.getLogger(__name__)
+_LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
 
 
 class IncompleteRound(RuntimeError):
@@ -53,8 +56,11 @@ class IncompleteRound(RuntimeError):
 
 class TierCounter:
     def __init__(self, tier: str, consumer_config: dict, whitelist: str, registry_url: str | dict,
-                 window_ms: int = 60000, emit_interval_ms: int = 5000, audit_bootstrap: str | None = None):
-        """``registry_url``: the registry's URL or SchemaRegistryClient settings (settings.registry_client)."""
+                 window_ms: int = 60000, emit_interval_ms: int = 5000, audit_bootstrap: str | None = None,
+                 reader: str = "auto"):
+        """``registry_url``: the registry's URL or SchemaRegistryClient settings (settings.registry_client).
+        ``reader``: ``batches`` (:mod:`audit.batch_reader`, PLAINTEXT only), ``records`` (librdkafka) or ``auto``
+        (batches where the consumer settings allow them)."""
         self.tier = tier
         self.bootstrap = consumer_config["bootstrap.servers"]
         # the tier's security settings (librdkafka's names) serve its audit producer and recovery reads too
@@ -75,6 +81,11 @@ class TierCounter:
             self.whitelist = re.compile(whitelist)
         except re.error as exc:
             raise ValueError(f"bad --whitelist: {exc}") from None
+        if reader not in ("auto", "batches", "records"):
+            raise ValueError(f"bad reader {reader!r}: auto, batches or records")
+        if reader == "batches" and not batch_reader.supports(self.consumer_config):
+            raise ValueError("the batch reader serves PLAINTEXT read_committed consumers only")
+        self.batches = reader == "batches" or (reader == "auto" and batch_reader.supports(self.consumer_config))
         self.window_ms = window_ms
         self.emit_interval = emit_interval_ms / 1000
         self.serializer = AvroSerializer(SchemaRegistryClient(
@@ -141,6 +152,7 @@ class TierCounter:
     def run(self, stop=lambda: False) -> None:
         """Count until ``stop()``; after any failure, start again from the last complete round."""
         backoff = Backoff(1.0, 30.0)
+        log.info("tier %s: reading %s", self.tier, "whole record batches" if self.batches else "librdkafka's records")
         while not stop():
             try:
                 self._reset()
@@ -172,42 +184,72 @@ class TierCounter:
                          "error_cb": lambda err: log.warning("tier %s: audit cluster: %s", self.tier, err)})
 
     def _count_until(self, stop, backoff: Backoff) -> None:
-        consumer = Consumer({**self.consumer_config,
+        consumer = Consumer({**self.consumer_config,  # on the batch path, its metadata only
                              "error_cb": lambda err: log.warning("tier %s: %s", self.tier, err)})
+        reader = batch_reader.BatchReader(self.consumer_config, self.consumer_config["client.id"]) \
+            if self.batches else None
         assigned: set[tuple[str, int]] = set()
         last_emit = last_refresh = 0.0
         try:
             while not stop():
-                if time.monotonic() - last_refresh > 5:
+                if time.monotonic() - last_refresh > 5 or (reader is not None and reader.stale):
                     last_refresh = time.monotonic()
-                    wanted = self._partitions(consumer)
-                    if wanted != assigned:
+                    metadata = consumer.list_topics(timeout=20)
+                    wanted = self._partitions(metadata)
+                    if reader is not None:
+                        assigned = wanted
+                        reader.refresh(metadata, assigned)
+                    elif wanted != assigned:
                         assigned = wanted
                         consumer.assign([TopicPartition(t, p, self.positions.get((t, p), OFFSET_BEGINNING))
                                          for t, p in sorted(assigned)])
-                batch = consumer.consume(1000, timeout=0.2)
-                for m in batch:
-                    if m.error() and m.error().fatal():
-                        raise KafkaException(m.error())
-                self._count([m for m in batch if not m.error()])
+                if reader is None:
+                    batch = consumer.consume(1000, timeout=0.2)
+                    for m in batch:
+                        if m.error() and m.error().fatal():
+                            raise KafkaException(m.error())
+                    self._count([m for m in batch if not m.error()])
+                elif assigned:
+                    for topic, partition, batches, after in reader.read({k: self.positions.get(k, 0)
+                                                                         for k in sorted(assigned)}):
+                        self._count_batches(topic, partition, batches, after)
+                else:
+                    time.sleep(0.2)  # nothing to count yet
                 if time.monotonic() - last_emit >= self.emit_interval:
                     last_emit = time.monotonic()
                     if self.emit():
                         backoff.reset()
         finally:
+            if reader is not None:
+                reader.close()
             consumer.close()
 
-    def _partitions(self, consumer: Consumer) -> set[tuple[str, int]]:
-        topics = consumer.list_topics(timeout=20).topics
-        return {(t, p) for t, md in topics.items() if not t.startswith("_") and self.whitelist.fullmatch(t)
+    def _partitions(self, metadata) -> set[tuple[str, int]]:
+        return {(t, p) for t, md in metadata.topics.items() if not t.startswith("_") and self.whitelist.fullmatch(t)
                 for p in md.partitions}
+
+    def _count_batches(self, topic: str, partition: int, batches: list, after: int) -> None:
+        """Count the committed data batches of one partition read up to ``after`` (:mod:`audit.bulk`: the rule
+        of :meth:`_count`, without a Python object per record)."""
+        counts = self.counts
+        for start, producer, host, count, seq_runs in bulk.audit_groups(batches, self.window_ms):
+            key = (topic, start, producer)
+            entry = counts.get(key)
+            if entry is None:
+                counts[key] = entry = {"count": 0, "seqs": RangeSet(), "end": start + self.window_ms, "host": host}
+            entry["count"] += count
+            entry["seqs"].update(seq_runs)
+            self.counted[topic] = self.counted.get(topic, 0) + count
+            self.dirty.add(key)
+        self.positions[(topic, partition)] = after
 
     def _count(self, messages) -> None:
         """Count a batch of messages: each message's headers are read in one loop, then each (topic, window,
         producer) of the batch takes its count and its sequence numbers' runs at once (a producer's sequences
         arrive spread over partitions, so a count's set is fragmented and one merge per batch beats one insert
         per message). The last header of a name wins; a message without the three audit headers, or with a
-        sequence or time that is not an integer or a producer id that is not UTF-8, is not audited."""
+        sequence or time that is not an integer (within int64) or a producer id that is not UTF-8, is not
+        audited."""
         positions, counted, counts = self.positions, self.counted, self.counts
         groups: dict[tuple[str, int, str], list] = {}
         window_ms = self.window_ms
@@ -231,6 +273,8 @@ class TierCounter:
                 seq, generated, producer = int(seq), int(generated), producer.decode()
             except ValueError:  # UnicodeDecodeError included
                 continue
+            if not (_LONG_MIN <= seq <= _LONG_MAX and _LONG_MIN <= generated <= _LONG_MAX):
+                continue  # beyond the snapshots' Avro longs: not audited
             key = (topic, generated - generated % window_ms, producer)
             group = groups.get(key)
             if group is None:

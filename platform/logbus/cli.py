@@ -128,7 +128,7 @@ def _audit_counter(args: argparse.Namespace) -> int:
     try:
         counter = TierCounter(args.tier, consumer, args.whitelist,
                               registry_client.registry_conf(registry, args.schema_registry_url), args.window_ms,
-                              args.emit_interval_ms, args.audit_bootstrap)
+                              args.emit_interval_ms, args.audit_bootstrap, args.reader)
     except (ValueError, KafkaException) as exc:  # a bad pattern or client setting: retrying cannot help
         reason = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
         print(f"logbus: audit-counter config error: {reason}", file=sys.stderr)
@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     counter.add_argument("--window-ms", type=int, default=60000, help="the producers' audit.window.ms")
     counter.add_argument("--emit-interval-ms", type=int, default=5000)
     counter.add_argument("--audit-bootstrap", help="cluster holding _audit (default: the tier's cluster)")
+    counter.add_argument("--reader", choices=("auto", "batches", "records"), default="auto",
+                         help="batches: whole record batches over the counter's own connections (PLAINTEXT); "
+                              "records: librdkafka's consumer; auto (default): batches where the settings allow")
     counter.add_argument("--metrics-listener", default="", help="serve Prometheus metrics on http://HOST:PORT/metrics")
     counter.set_defaults(func=_audit_counter)
 

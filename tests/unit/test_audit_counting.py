@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def reference(messages, window_ms):
-    """One message at a time: the last header of a name wins, all three audit headers as integers or not
-    audited, the host of a count's first message."""
+    """One message at a time: the last header of a name wins, all three audit headers as integers (within
+    int64) or not audited, the host of a count's first message."""
     counts, positions = {}, {}
     for m in messages:
         positions[(m.topic(), m.partition())] = m.offset() + 1
@@ -25,6 +25,8 @@ def reference(messages, window_ms):
             producer, seq, generated = h[PRODUCER_HEADER].decode(), int(h[SEQUENCE_HEADER]), int(h[TIME_HEADER])
         except (KeyError, ValueError, TypeError, AttributeError):
             continue
+        if not (-2**63 <= seq < 2**63 and -2**63 <= generated < 2**63):
+            continue  # beyond the snapshots' Avro longs
         start = generated - generated % window_ms
         e = counts.setdefault((m.topic(), start, producer), {"count": 0, "seqs": RangeSet(), "end": start + window_ms,
                                                              "host": (h.get(HOST_HEADER) or b"").decode(errors="replace")})
@@ -39,6 +41,26 @@ def counter(window_ms):
     return c
 
 
+def audit_headers(rng, producers, seqs, window, hosts):
+    """The four audit headers in a random order, now and then one missing, repeated (the last one wins) or all
+    of them absent (None)."""
+    headers = [(PRODUCER_HEADER, rng.choice(producers)), (SEQUENCE_HEADER, rng.choice(seqs)),
+               (TIME_HEADER, str(rng.randrange(-3 * window, 4 * window)).encode()), (HOST_HEADER, rng.choice(hosts))]
+    rng.shuffle(headers)
+    kind = rng.random()
+    if kind < 0.05:
+        headers.pop()
+    elif kind < 0.08:
+        headers.append((SEQUENCE_HEADER, b"x"))  # the last one wins: not an integer
+    elif kind < 0.1:
+        headers.append((PRODUCER_HEADER, None))
+    elif kind < 0.12:
+        headers = None
+    elif kind < 0.15:
+        headers.append((TIME_HEADER, b"12"))
+    return headers
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_batches_count_what_one_message_at_a_time_counted(seed):
     rng = random.Random(seed)
@@ -47,22 +69,8 @@ def test_batches_count_what_one_message_at_a_time_counted(seed):
     for i in range(rng.randrange(1, 3000)):
         topic, partition = rng.choice(["a", "b"]), rng.randrange(3)
         offsets[(topic, partition)] = offsets.get((topic, partition), -1) + 1
-        headers = [(PRODUCER_HEADER, rng.choice([b"p1", b"p2", b"\xffp"])),
-                   (SEQUENCE_HEADER, str(rng.choice([i, i, i, rng.randrange(3000), -i])).encode()),
-                   (TIME_HEADER, str(rng.randrange(-3 * window, 4 * window)).encode()),
-                   (HOST_HEADER, rng.choice([b"h1", b"h2", None]))]
-        rng.shuffle(headers)
-        kind = rng.random()
-        if kind < 0.05:
-            headers.pop()
-        elif kind < 0.08:
-            headers.append((SEQUENCE_HEADER, b"x"))  # the last one wins: not an integer
-        elif kind < 0.1:
-            headers.append((PRODUCER_HEADER, None))
-        elif kind < 0.12:
-            headers = None
-        elif kind < 0.15:
-            headers.append((TIME_HEADER, b"12"))
+        headers = audit_headers(rng, [b"p1", b"p2", b"\xffp"], [str(v).encode() for v in (i, i, i, rng.randrange(3000), -i)],
+                                window, [b"h1", b"h2", None])
         messages.append(Message(topic, partition, offsets[(topic, partition)], headers=headers))
     c = counter(window)
     at = 0
