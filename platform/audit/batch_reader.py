@@ -5,9 +5,11 @@ librdkafka's consumer, as the mirror does).
 librdkafka hands the counter every record as a Python object, and the counter only needs four headers of each:
 here one Fetch (v12, ``isolation_level`` 1) goes to each leader of the counted partitions, with the consumer
 settings' ``fetch.min.bytes``, ``fetch.wait.max.ms``, ``fetch.max.bytes`` and ``max.partition.fetch.bytes``
-(librdkafka's defaults otherwise), and each partition's answer becomes its committed data batches
-(:func:`broker.protocol.control.committed_batches`: markers and aborted transactions dropped), decompressed, for
-:mod:`audit.bulk`. Leaders and broker addresses come from the metadata the counter already reads (librdkafka's
+(librdkafka's defaults otherwise, but 8 MiB a partition instead of 1), and the next one is sent as soon as an
+answer is in, so the broker gathers it while the counter counts and publishes (librdkafka fetches in the
+background; a reader that only fetched between rounds would carry at most one partition fetch a round). Each
+partition's answer becomes its committed data batches (:func:`broker.protocol.control.committed_batches`:
+markers and aborted transactions dropped), decompressed, for :mod:`audit.bulk`. Leaders and broker addresses come from the metadata the counter already reads (librdkafka's
 ``list_topics``). A leader away or moved marks the metadata stale (the counter reads it again) after a short
 wait; a position out of range moves into the log (deleted by retention: its start; past the end after an
 unclean election: the end, as ``auto.offset.reset=latest`` would); any other refusal raises, and the counter
@@ -37,6 +39,7 @@ RETRY = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, Error
          ErrorCode.kafka_storage_error, ErrorCode.network_exception, ErrorCode.replica_not_available,
          ErrorCode.offset_not_available}
 Key = tuple[str, int]
+PARTITION_BYTES = 8 << 20  # a partition's share of a Fetch answer unless max.partition.fetch.bytes says otherwise
 
 
 class ReadRefused(RuntimeError):
@@ -61,7 +64,10 @@ class BatchReader:
         self.min_bytes = int(conf.get("fetch.min.bytes", 1))
         self.wait_ms = int(conf.get("fetch.wait.max.ms", 500))
         self.max_bytes = int(conf.get("fetch.max.bytes", 52428800))
-        self.partition_bytes = int(conf.get("max.partition.fetch.bytes", 1048576))
+        # librdkafka's 1 MiB a partition is enough for a consumer that fetches in the background; this reader
+        # fetches between its caller's rounds, so a partition's answer must hold what arrives meanwhile
+        self.partition_bytes = int(conf.get("max.partition.fetch.bytes", PARTITION_BYTES))
+        self.inflight: tuple[dict[Key, int], list[int]] | None = None  # (positions asked, leaders) sent ahead
 
     def refresh(self, metadata, partitions) -> None:
         """Leaders of ``partitions`` and broker addresses from librdkafka's ``ClusterMetadata``."""
@@ -74,9 +80,26 @@ class BatchReader:
         self.stale = False
 
     def read(self, positions: dict[Key, int]) -> list[tuple[str, int, list, int]]:
-        """One Fetch to each leader of ``positions``: ``[(topic, partition, [(BatchHeader, records section)],
-        next position)]`` of the partitions that answered with records (the batches may be none: only markers
-        or aborted records). Positions out of range come back moved, without batches."""
+        """The answers to a Fetch to each leader of ``positions``: ``[(topic, partition, [(BatchHeader, records
+        section)], next position)]`` of the partitions that answered with records (the batches may be none: only
+        markers or aborted records). Positions out of range come back moved, without batches. Before returning,
+        the next Fetch is already sent from the positions the answers lead to, so the broker gathers the next
+        answer while the caller counts and publishes its round; it is used if the caller then asks from those
+        positions (it does unless its partitions changed), and dropped otherwise."""
+        if self.inflight and self.inflight[0] == positions:
+            sent = self.inflight[1]
+        else:
+            for leader in self.inflight[1] if self.inflight else ():
+                self.pool.drop(leader)  # asked for other partitions or positions: its answer is not wanted
+            sent = self._send(positions)
+        self.inflight = None
+        out = self._receive(sent, positions)
+        after = {**positions, **{(t, p): moved for t, p, _, moved in out}}
+        self.inflight = (after, self._send(after))
+        return out
+
+    def _send(self, positions: dict[Key, int]) -> list[int]:
+        """One Fetch to each leader of ``positions``; the leaders asked."""
         cls, module = request_module(FETCH, FETCH_VERSION)
         by_leader: dict[int, dict[str, list]] = {}
         for (topic, partition), position in positions.items():
@@ -99,10 +122,16 @@ class BatchReader:
                 sent.append(leader)
             except (OSError, ConnectionError) as exc:
                 self._trouble(leader, exc)
+        return sent
+
+    def _receive(self, sent: list[int], positions: dict[Key, int]) -> list[tuple[str, int, list, int]]:
         out = []
         for leader in sent:
+            conn = self.pool.connections.get(leader)
+            if conn is None or not conn.pending:
+                continue  # dropped meanwhile
             try:
-                response = self.pool.get(leader).receive()
+                response = conn.receive()
             except (OSError, ConnectionError) as exc:
                 self._trouble(leader, exc)
                 continue

@@ -27,12 +27,12 @@ def audited(producer_id: str, seq: int, now: int) -> list[tuple[str, bytes]]:
             (TIME_HEADER, b"%d" % (now + seq // 50)), (HOST_HEADER, b"host-" + producer_id.encode())]
 
 
-def produce_plain(bootstrap: str, topic: str, first: int, count: int, now: int) -> None:
+def produce_plain(bootstrap: str, topic: str, first: int, count: int, now: int, partitions: int = 3) -> None:
     for k, codec in enumerate(("lz4", "none", "zstd")):
         p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "compression.type": codec,
                       "linger.ms": 5})
         for seq in range(first + k, first + count, 3):
-            p.produce(topic, b"v" * 100, partition=seq % 3, headers=audited("plain", seq, now))
+            p.produce(topic, b"v" * 100, partition=seq % partitions, headers=audited("plain", seq, now))
         assert p.flush(30) == 0
 
 
@@ -57,7 +57,7 @@ class Counting:
     """A TierCounter counting in a thread (no rounds emitted) until stopped."""
 
     def __init__(self, bootstrap: str, reader: str):
-        self.counter = TierCounter("live", {"bootstrap.servers": bootstrap}, "pv", NOWHERE, window_ms=WINDOW_MS,
+        self.counter = TierCounter("live", {"bootstrap.servers": bootstrap}, "pv.*", NOWHERE, window_ms=WINDOW_MS,
                                    emit_interval_ms=10**12, reader=reader)
         assert self.counter.batches == (reader == "batches")
         self.stopping = False
@@ -95,13 +95,18 @@ def test_batches_count_what_librdkafka_counts_through_transactions_codecs_and_a_
     b.start()  # the same port: the reader's connections break, it reads the metadata again and goes on
     produce_plain(b.bootstrap, "pv", 3000, 2000, now)
     wait_until(lambda: batches.counted() == 5000 + 601, timeout=90, what="the batch reader after the restart")
+    # a new topic joins: the Fetch sent ahead asked for the old partitions only and is dropped
+    admin.create_topics([NewTopic("pv2", 1, 1)])["pv2"].result(10)
+    produce_plain(b.bootstrap, "pv2", 0, 300, now, partitions=1)
+    wait_until(lambda: batches.counted() == 5300 + 601, timeout=60, what="the batch reader on the new topic")
     records = Counting(b.bootstrap, "records")
-    wait_until(lambda: records.counted() == 5000 + 601, timeout=60, what="librdkafka's records")
+    wait_until(lambda: records.counted() == 5300 + 601, timeout=60, what="librdkafka's records")
     time.sleep(1)  # nothing more arrives on either path (an aborted record counted late would show)
     got, want = batches.stop(), records.stop()
     assert got == want
-    assert {k[2] for k in got} == {"plain", "txn"}
+    assert {k[2] for k in got} == {"plain", "txn"} and {k[0] for k in got} == {"pv", "pv2"}
     txn = sorted(r for k, v in got.items() if k[2] == "txn" for r in v[1])
+    assert batches.counter.counted == {"pv": 5601, "pv2": 300}
     assert txn[0][0] == 0 and txn[-1][1] == 1000 and sum(v[0] for k, v in got.items() if k[2] == "txn") == 601
     assert all(not (600 <= first <= 999 or 600 <= last <= 999) for first, last in txn)  # aborted: not counted
     assert batches.counter.positions == records.counter.positions or all(
