@@ -10,10 +10,12 @@ answer is in, so the broker gathers it while the counter counts and publishes (l
 background; a reader that only fetched between rounds would carry at most one partition fetch a round). Each
 partition's answer becomes its committed data batches (:func:`broker.protocol.control.committed_batches`:
 markers and aborted transactions dropped), decompressed, for :mod:`audit.bulk`. Leaders and broker addresses come from the metadata the counter already reads (librdkafka's
-``list_topics``). A leader away or moved marks the metadata stale (the counter reads it again) after a short
-wait; a position out of range moves into the log (deleted by retention: its start; past the end after an
-unclean election: the end, as ``auto.offset.reset=latest`` would); any other refusal raises, and the counter
-starts again from its last complete round.
+``list_topics``). A leader away or moved marks the metadata stale (the counter reads it again); a read in which
+anything failed pauses once (``TROUBLE_PAUSE_S``) and sends nothing ahead. A position out of range moves where
+``auto.offset.reset`` says, or else into the log (deleted by retention: its start; past the end after an unclean
+election: the end), with the caller's ListOffsets when the answer does not carry the watermarks. A partition
+refused for another reason (an ACL, a code the codec does not know) is logged once a minute and stays where it is
+while the others are read on, as librdkafka's fetcher does.
 """
 
 from __future__ import annotations
@@ -32,18 +34,17 @@ FETCH, FETCH_VERSION = 1, 12
 # consumer settings this reader honours or that do not change what is read (librdkafka's names); any other
 # (security, SASL, proxies, ...) keeps the counter on librdkafka
 HARMLESS = {"bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level", "client.id", "fetch.min.bytes",
-            "fetch.wait.max.ms", "fetch.max.bytes", "max.partition.fetch.bytes", "socket.timeout.ms",
-            "enable.partition.eof", "auto.offset.reset", "session.timeout.ms", "security.protocol"}
+            "fetch.wait.max.ms", "fetch.max.bytes", "max.partition.fetch.bytes", "enable.partition.eof",
+            "auto.offset.reset", "session.timeout.ms", "security.protocol"}
+EARLIEST, LATEST = {"earliest", "smallest", "beginning"}, {"latest", "largest", "end"}
+TROUBLE_PAUSE_S = 0.2  # after a read in which a broker or partition failed (once per read, not per partition)
+WARN_EVERY_S = 60.0
 RETRY = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
          ErrorCode.request_timed_out, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
          ErrorCode.kafka_storage_error, ErrorCode.network_exception, ErrorCode.replica_not_available,
          ErrorCode.offset_not_available}
 Key = tuple[str, int]
 PARTITION_BYTES = 8 << 20  # a partition's share of a Fetch answer unless max.partition.fetch.bytes says otherwise
-
-
-class ReadRefused(RuntimeError):
-    """A fetch refused for a reason that retrying in place cannot mend."""
 
 
 def supports(conf: dict) -> bool:
@@ -57,8 +58,14 @@ def supports(conf: dict) -> bool:
 
 
 class BatchReader:
-    def __init__(self, conf: dict, client_id: str):
+    def __init__(self, conf: dict, client_id: str, watermarks=None):
+        """``watermarks(topic, partition) -> (low, high)``: ListOffsets of a partition (the caller's librdkafka
+        consumer), asked when an out-of-range answer does not carry them (Kafka sends -1 there)."""
         self.pool = Pool(client_id)
+        self.watermarks = watermarks
+        self.reset = str(conf.get("auto.offset.reset", "")).lower()
+        self.troubled = False  # something failed in this read: pause once before returning
+        self.warned: dict[Key, float] = {}
         self.leaders: dict[Key, int] = {}
         self.stale = True  # the metadata must be read (again) before the next fetch
         self.min_bytes = int(conf.get("fetch.min.bytes", 1))
@@ -94,6 +101,10 @@ class BatchReader:
             sent = self._send(positions)
         self.inflight = None
         out = self._receive(sent, positions)
+        if self.troubled:  # a broker or partition failed: the next fetch after a pause (the metadata read again)
+            self.troubled = False
+            time.sleep(TROUBLE_PAUSE_S)
+            return out
         after = {**positions, **{(t, p): moved for t, p, _, moved in out}}
         self.inflight = (after, self._send(after))
         return out
@@ -145,29 +156,65 @@ class BatchReader:
         return out
 
     def _partition(self, key: Key, position: int, p) -> tuple[str, int, list, int] | None:
-        error = ErrorCode(p.error_code)
+        try:
+            error = ErrorCode(p.error_code)
+        except ValueError:  # a code this codec does not know
+            error = None
         if error == ErrorCode.offset_out_of_range:
-            moved = p.log_start_offset if position < max(p.log_start_offset, 0) else p.high_watermark
-            log.warning("%s[%d]: offset %d out of range (log %d..%d); counting on from %d", key[0], key[1], position,
-                        p.log_start_offset, p.high_watermark, moved)
-            return key[0], key[1], [], moved
+            return self._out_of_range(key, position, p)
         if error in RETRY:
             self._trouble(None, f"{key[0]}[{key[1]}]: {error.name}")
             return None
-        if error != ErrorCode.none:
-            raise ReadRefused(f"fetch of {key[0]}[{key[1]}] refused: {error.name}")
-        batches, after = committed_batches(p.records or b"", position,
+        if error != ErrorCode.none:  # this partition stays where it is (as librdkafka's fetcher does), the rest go on
+            self._warn(key, f"fetch refused: {error.name if error is not None else p.error_code}")
+            self.troubled = True
+            return None
+        data = p.records or b""
+        batches, after = committed_batches(data, position,
                                            [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()])
         if after == position:
+            if len(data) >= self.partition_bytes:  # a batch larger than the share asked: it can never come whole
+                self._warn(key, f"the answer holds no whole batch at offset {position} in {len(data)} bytes "
+                                f"(max.partition.fetch.bytes {self.partition_bytes})")
+                self.troubled = True
             return None
         return key[0], key[1], [(h, records_body(b, h, STORED_BATCH_CAP)) for h, b in batches], after
+
+    def _out_of_range(self, key: Key, position: int, p) -> tuple[str, int, list, int] | None:
+        """The position to count on from: ``auto.offset.reset`` if set, else the log's start when the position
+        was deleted (retention) and its end when it lies past it (an unclean election truncated the log)."""
+        low, high = p.log_start_offset, p.high_watermark
+        if (low < 0 or high < 0) and self.watermarks is not None:
+            try:
+                low, high = self.watermarks(*key)
+            except Exception as exc:  # noqa: BLE001 - a broker away: asked again next round
+                self._trouble(None, f"{key[0]}[{key[1]}]: out of range, watermarks unknown: {exc}")
+                return None
+        if low < 0 or high < 0:
+            self._trouble(None, f"{key[0]}[{key[1]}]: out of range, watermarks unknown")
+            return None
+        if self.reset in EARLIEST:
+            moved = low
+        elif self.reset in LATEST:
+            moved = high
+        else:
+            moved = low if position < low else high
+        log.warning("%s[%d]: offset %d out of range (log %d..%d); counting on from %d", key[0], key[1], position,
+                    low, high, moved)
+        return key[0], key[1], [], moved
 
     def _trouble(self, leader: int | None, reason) -> None:
         log.info("audit reader: %s; reading the metadata again", reason)
         if leader is not None:
             self.pool.drop(leader)
         self.stale = True
-        time.sleep(0.2)
+        self.troubled = True
+
+    def _warn(self, key: Key, what: str) -> None:
+        now = time.monotonic()
+        if now - self.warned.get(key, -WARN_EVERY_S) >= WARN_EVERY_S:
+            self.warned[key] = now
+            log.warning("%s[%d]: %s; the other partitions are counted on", key[0], key[1], what)
 
     def close(self) -> None:
         self.pool.close()

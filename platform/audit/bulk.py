@@ -8,7 +8,8 @@ the runs of their sequence numbers.
 
 The rule is the record path's: the last header of a name wins; a record is audited when it has the producer,
 sequence and time headers, the producer id is UTF-8 and sequence and time are integers as ``int()`` reads them
-(within int64, as the snapshots' Avro longs must be). The records are parsed by
+(within int64, as the snapshots' Avro longs must be, and the time so far inside it that its window's start and end
+are too). The records are parsed by
 :func:`broker.protocol.record_columns.parse` (the compiled kernels find the four headers); distinct producer ids
 and windows are grouped with ``np.unique``, and each group's sequence numbers become runs at once.
 """
@@ -21,12 +22,14 @@ from audit.events import HOST_HEADER, PRODUCER_HEADER, SEQUENCE_HEADER, TIME_HEA
 from broker.protocol.record_columns import decimals, named_headers, parse
 
 NAMES = (PRODUCER_HEADER, SEQUENCE_HEADER, TIME_HEADER, HOST_HEADER)
+LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
 _WIDE = 256  # producer ids longer than this are told apart one by one, not in a padded matrix
 
 
-def audit_groups(batches: list, window_ms: int) -> list[tuple[int, str, str, int, list[tuple[int, int]]]]:
+def audit_groups(batches: list, window_ms: int, position: int = 0) -> list[tuple[int, str, str, int, list]]:
     """``[(window start, producer id, host, records, runs of sequence numbers)]`` of the audited records of
-    ``batches``, in the order of each group's first record."""
+    ``batches`` at offsets from ``position`` on (a fetch starts at the batch that holds the position, which a
+    round of the record path may have left inside a batch), in the order of each group's first record."""
     if not batches:
         return []
     r = parse(batches, NAMES)
@@ -34,7 +37,8 @@ def audit_groups(batches: list, window_ms: int) -> list[tuple[int, str, str, int
     (ppos, plen), (spos, slen), (tpos, tlen), (hpos, hlen) = (found[name] for name in NAMES)
     seq, seq_ok = decimals(r.buf, spos, slen)
     generated, time_ok = decimals(r.buf, tpos, tlen)
-    audited = np.flatnonzero(seq_ok & time_ok & (plen >= 0))
+    time_ok &= (generated >= LONG_MIN + window_ms) & (generated <= LONG_MAX - window_ms)  # the window's ends too
+    audited = np.flatnonzero(seq_ok & time_ok & (plen >= 0) & (r.offset >= position))
     if not audited.size:
         return []
     codes, producers = _distinct(r.buf, ppos[audited], plen[audited])

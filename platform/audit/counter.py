@@ -32,6 +32,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from audit import batch_reader, bulk
+from audit.bulk import LONG_MAX, LONG_MIN
 from audit.collector import AuditDecoder, Malformed, read_to_end
 from audit.events import (
     AUDIT_TOPIC,
@@ -47,7 +48,6 @@ from audit.reconcile import ROUND
 from logbus.retry import Backoff
 
 log = logging.getLogger(__name__)
-_LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
 
 
 class IncompleteRound(RuntimeError):
@@ -186,8 +186,9 @@ class TierCounter:
     def _count_until(self, stop, backoff: Backoff) -> None:
         consumer = Consumer({**self.consumer_config,  # on the batch path, its metadata only
                              "error_cb": lambda err: log.warning("tier %s: %s", self.tier, err)})
-        reader = batch_reader.BatchReader(self.consumer_config, self.consumer_config["client.id"]) \
-            if self.batches else None
+        reader = batch_reader.BatchReader(
+            self.consumer_config, self.consumer_config["client.id"],
+            lambda t, p: consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)) if self.batches else None
         assigned: set[tuple[str, int]] = set()
         last_emit = last_refresh = 0.0
         try:
@@ -230,9 +231,11 @@ class TierCounter:
 
     def _count_batches(self, topic: str, partition: int, batches: list, after: int) -> None:
         """Count the committed data batches of one partition read up to ``after`` (:mod:`audit.bulk`: the rule
-        of :meth:`_count`, without a Python object per record)."""
+        of :meth:`_count`, without a Python object per record); records before the partition's position (inside
+        the first batch) were counted already."""
         counts = self.counts
-        for start, producer, host, count, seq_runs in bulk.audit_groups(batches, self.window_ms):
+        position = self.positions.get((topic, partition), 0)
+        for start, producer, host, count, seq_runs in bulk.audit_groups(batches, self.window_ms, position):
             key = (topic, start, producer)
             entry = counts.get(key)
             if entry is None:
@@ -248,8 +251,8 @@ class TierCounter:
         producer) of the batch takes its count and its sequence numbers' runs at once (a producer's sequences
         arrive spread over partitions, so a count's set is fragmented and one merge per batch beats one insert
         per message). The last header of a name wins; a message without the three audit headers, or with a
-        sequence or time that is not an integer (within int64) or a producer id that is not UTF-8, is not
-        audited."""
+        sequence or time that is not an integer (within int64, a time with its window's start and end) or a
+        producer id that is not UTF-8, is not audited."""
         positions, counted, counts = self.positions, self.counted, self.counts
         groups: dict[tuple[str, int, str], list] = {}
         window_ms = self.window_ms
@@ -273,8 +276,8 @@ class TierCounter:
                 seq, generated, producer = int(seq), int(generated), producer.decode()
             except ValueError:  # UnicodeDecodeError included
                 continue
-            if not (_LONG_MIN <= seq <= _LONG_MAX and _LONG_MIN <= generated <= _LONG_MAX):
-                continue  # beyond the snapshots' Avro longs: not audited
+            if not (LONG_MIN <= seq <= LONG_MAX and LONG_MIN + window_ms <= generated <= LONG_MAX - window_ms):
+                continue  # beyond the snapshots' Avro longs (a window's start and end included): not audited
             key = (topic, generated - generated % window_ms, producer)
             group = groups.get(key)
             if group is None:

@@ -8,6 +8,7 @@ import random
 
 import pytest
 from audit import bulk
+from audit.bulk import LONG_MAX, LONG_MIN
 from audit.events import PRODUCER_HEADER, SEQUENCE_HEADER, TIME_HEADER
 from broker.protocol import kernels
 from broker.protocol.batch_builder import build_batch, encode_record
@@ -22,14 +23,20 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 def random_headers(rng, i, window):
     seqs = [b"%d" % i] * 6 + [b"%d" % rng.randrange(3000), b"-%d" % i, b" 7", b"+8", b"1_0", b"9" * 19, b"9" * 25,
                               b"", b"\xd9\xa1"]
-    return audit_headers(rng, [b"p1", b"p2", b"\xffp", b"p" * 300, b"p1\0"], seqs, window,
-                         [b"h1", b"h2", None, b"\xff"]) or []
+    headers = audit_headers(rng, [b"p1", b"p2", b"\xffp", b"p" * 300, b"p1\0"], seqs, window,
+                            [b"h1", b"h2", None, b"\xff"]) or []
+    if rng.random() < 0.03:  # a time at the edges of int64, where a window's start or end would leave it
+        edge = rng.choice([LONG_MIN, LONG_MIN + window - 1, LONG_MIN + window, LONG_MAX - window,
+                           LONG_MAX - window + 1, LONG_MAX])
+        headers.append((TIME_HEADER, b"%d" % edge))
+    return headers
 
 
 def partition_log(rng, topic, partition, n, window, first_seq):
-    """(the log's bytes, the messages a read_committed consumer sees): plain batches, committed and aborted
-    transactions (markers included) of random sizes."""
-    data, seen, offset, i = bytearray(), [], 0, first_seq
+    """(the log's bytes, the messages a read_committed consumer sees, its end offset, its aborted transactions as
+    (producer, first offset, abort marker offset)): plain batches, committed and aborted transactions (markers
+    included) of random sizes."""
+    data, seen, offset, i, aborted = bytearray(), [], 0, first_seq, []
     while i < first_seq + n:
         size = rng.randrange(1, 400)
         kind = rng.random()
@@ -57,10 +64,7 @@ def partition_log(rng, topic, partition, n, window, first_seq):
                 aborted.append((pid, offset, offset + size))  # producer, first offset, its abort marker
             size += 1
         offset += size
-    return bytes(data), seen, offset
-
-
-aborted: list = []
+    return bytes(data), seen, offset, aborted
 
 
 @pytest.mark.parametrize("jit", [True, False])
@@ -70,19 +74,20 @@ def test_batches_count_what_the_records_path_counts(seed, jit, monkeypatch):
         monkeypatch.setattr(kernels, "ENABLED", False)
     rng = random.Random(seed)
     window = rng.choice([1000, 5000, 60000])
-    aborted.clear()
     c, seen = counter(window), []
     first_seq = 0
     for topic, partition in (("a", 0), ("a", 1), ("b", 0)):
-        start = len(aborted)
-        data, messages, end = partition_log(rng, topic, partition, rng.randrange(1, 1500), window, first_seq)
+        data, messages, end, aborted = partition_log(rng, topic, partition, rng.randrange(1, 1500), window, first_seq)
         first_seq += 5000
-        mine = aborted[start:]
-        seen += messages
-        position, pos = 0, 0
+        # where counting starts: the log's start, or an offset a round of the record path left inside a batch
+        position = rng.choice([0, rng.randrange(end)])
+        if position:
+            c.positions[(topic, partition)] = position
+        seen += [m for m in messages if m.offset() >= position]
+        pos = _byte_position(data, position)
         while position < end:  # fetches of random sizes, cut mid-batch
             # the aborted transactions a broker reports: those not closed before the fetch offset
-            reported = [(p, first) for p, first, marker in mine if marker >= position]
+            reported = [(p, first) for p, first, marker in aborted if marker >= position]
             cut = data[pos: pos + rng.randrange(1, 60000)]
             batches, after = committed_batches(cut, position, reported)
             if after == position:

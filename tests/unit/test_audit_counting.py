@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 def reference(messages, window_ms):
     """One message at a time: the last header of a name wins, all three audit headers as integers (within
-    int64) or not audited, the host of a count's first message."""
+    int64, the time with its window's ends) or not audited, the host of a count's first message."""
     counts, positions = {}, {}
     for m in messages:
         positions[(m.topic(), m.partition())] = m.offset() + 1
@@ -25,8 +25,8 @@ def reference(messages, window_ms):
             producer, seq, generated = h[PRODUCER_HEADER].decode(), int(h[SEQUENCE_HEADER]), int(h[TIME_HEADER])
         except (KeyError, ValueError, TypeError, AttributeError):
             continue
-        if not (-2**63 <= seq < 2**63 and -2**63 <= generated < 2**63):
-            continue  # beyond the snapshots' Avro longs
+        if not (-2**63 <= seq < 2**63 and -2**63 + window_ms <= generated < 2**63 - window_ms):
+            continue  # beyond the snapshots' Avro longs (the window's start and end too)
         start = generated - generated % window_ms
         e = counts.setdefault((m.topic(), start, producer), {"count": 0, "seqs": RangeSet(), "end": start + window_ms,
                                                              "host": (h.get(HOST_HEADER) or b"").decode(errors="replace")})
