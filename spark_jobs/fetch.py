@@ -22,7 +22,6 @@ the zip of :mod:`spark_jobs.packaging`.
 
 from __future__ import annotations
 
-import struct
 import time
 from typing import TYPE_CHECKING
 
@@ -146,12 +145,13 @@ class PartitionFetcher:
 
 def committed_batches(conf: dict, topic: str, partition: int, start: int, until: int):
     """Yield ``(BatchHeader, records section bytes)`` of the committed data batches that hold the offsets of
-    [start, until), in offset order (the first may begin before ``start``, the last end after ``until``)."""
-    from broker.protocol import record_reader, records
+    [start, until), in offset order (the first may begin before ``start``, the last end after ``until``): each
+    answer as :func:`broker.protocol.control.committed_batches` keeps it (markers and aborted transactions
+    dropped, as a read_committed consumer drops them)."""
+    from broker.protocol import control, record_reader
 
     fetcher = PartitionFetcher(conf, topic, partition)
     position, progress_at = start, time.monotonic()
-    aborting: set[int] = set()  # producers inside an aborted transaction at ``position``
     try:
         while position < until:
             if time.monotonic() - progress_at > IDLE_LIMIT_S:
@@ -175,30 +175,16 @@ def committed_batches(conf: dict, topic: str, partition: int, start: int, until:
                     time.sleep(0.2)
                     continue
                 raise FetchError(f"{topic}[{partition}]: {error}")
-            aborted = sorted((a.first_offset, a.producer_id) for a in (p.aborted_transactions or ()))
             data = p.records or b""
-            pos, whole = 0, records.whole_batches_length(data) if data else 0
-            moved = False
-            while pos < whole and position < until:
-                header = records.read_header(data, pos)
-                batch = memoryview(data)[pos: pos + header.size]
-                pos += header.size
-                if header.last_offset < position:
-                    continue
-                while aborted and aborted[0][0] <= header.last_offset:
-                    aborting.add(aborted.pop(0)[1])
-                transactional, control = header.attributes & 0x10, header.attributes & 0x20
-                if control:
-                    if header.producer_id in aborting and _is_abort(batch, header):
-                        aborting.discard(header.producer_id)
-                elif not (transactional and header.producer_id in aborting):
-                    yield header, record_reader.records_body(batch, header, record_reader.STORED_BATCH_CAP)
-                position, moved = header.next_offset, True
-            if moved:
-                progress_at = time.monotonic()
+            batches, after = control.committed_batches(
+                data, position, [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()])
+            for header, batch in batches:
+                if header.base_offset >= until:
+                    break
+                yield header, record_reader.records_body(batch, header, record_reader.STORED_BATCH_CAP)
+            if after > position:
+                position, progress_at = after, time.monotonic()
                 continue
-            if position >= until:
-                break
             end = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
             if position >= p.high_watermark and not data:
                 raise FetchError(f"{topic}[{partition}]: log ends at {p.high_watermark} before {until}")
@@ -206,17 +192,6 @@ def committed_batches(conf: dict, topic: str, partition: int, start: int, until:
                 time.sleep(0.1)  # an open transaction holds the last stable offset back
     finally:
         fetcher.close()
-
-
-def _is_abort(batch, header) -> bool:
-    """Whether a control batch is an abort marker (control record key: version int16, type int16; 0 = abort)."""
-    from broker.protocol import record_reader
-
-    body = record_reader.records_body(batch, header, 1 << 20)
-    for start, _end, _ts, _od, key_start, key_length, _vl in record_reader.iter_records(body, header.record_count):
-        if key_length >= 4:
-            return struct.unpack_from(">h", body, key_start + 2)[0] == 0
-    return False
 
 
 def records(conf: dict, topic: str, partition: int, start: int, until: int, chunk_records: int = 65536,

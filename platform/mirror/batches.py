@@ -35,9 +35,9 @@ import numpy as np
 
 from broker.protocol import compression, kernels
 from broker.protocol.batch_builder import varint
-from broker.protocol.control import ABORT, CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, read_marker
+from broker.protocol.control import TIMESTAMP_TYPE, TRANSACTIONAL, committed_batches
 from broker.protocol.record_reader import STORED_BATCH_CAP, _varint
-from broker.protocol.records import HEADER_SIZE, InvalidRecord, read_header, whole_batches_length
+from broker.protocol.records import HEADER_SIZE, InvalidRecord
 
 SOURCE_HEADER, PARTITION_HEADER, OFFSET_HEADER = "logbus.mirror.source", "logbus.mirror.partition", \
     "logbus.mirror.offset"
@@ -112,28 +112,10 @@ def copy_fetched(data, position: int, aborted: list[tuple[int, int]], provenance
     """Rewrite the whole batches of one fetched partition from ``position`` on. ``aborted``: the response's
     (producer id, first offset) of aborted transactions. Raises InvalidRecord/InvalidBatch for bytes that do not
     parse (a corrupt source)."""
-    view = memoryview(data)[: whole_batches_length(data)]
-    pending = sorted(aborted, key=lambda a: a[1])
-    active_aborts: set[int] = set()
-    out = Copied([], position)
+    batches, next_offset = committed_batches(data, position, aborted)
+    out = Copied([], next_offset)
     current: TargetBatch | None = None
-    pos, total = 0, len(view)
-    while pos < total:
-        header = read_header(view, pos)
-        size = header.size
-        batch = view[pos: pos + size]
-        pos += size
-        if header.next_offset <= position:
-            continue  # wholly before the position (the fetch starts at the batch holding it)
-        out.next_offset = max(out.next_offset, header.next_offset)
-        while pending and pending[0][1] <= header.last_offset:
-            active_aborts.add(pending.pop(0)[0])
-        if header.attributes & CONTROL:
-            if header.producer_id in active_aborts and read_marker(batch)[0] == ABORT:
-                active_aborts.discard(header.producer_id)
-            continue
-        if header.attributes & TRANSACTIONAL and header.producer_id in active_aborts:
-            continue
+    for header, batch in batches:
         codec = header.compression
         body = compression.decompress(codec, batch[HEADER_SIZE:], STORED_BATCH_CAP) if codec else batch[HEADER_SIZE:]
         log_append = bool(header.attributes & TIMESTAMP_TYPE)
