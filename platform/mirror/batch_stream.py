@@ -286,7 +286,14 @@ class BatchStream:
                     if error == ErrorCode.none:
                         out[key] = p
                     elif error == ErrorCode.offset_out_of_range:
-                        reset = p.high_watermark if self.reset in ("latest", "largest", "end") else p.log_start_offset
+                        low, high = p.log_start_offset, p.high_watermark
+                        if low < 0 or high < 0:  # Kafka's answer carries -1 there: ListOffsets
+                            try:
+                                low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=10)
+                            except KafkaException as exc:
+                                self._source_trouble(None, f"{key[0]}-{key[1]}: out of range, watermarks: {exc}")
+                                continue
+                        reset = high if self.reset in ("latest", "largest", "end") else low
                         log.warning("%s-%d: offset %d out of range; resetting to %d (auto.offset.reset=%s)",
                                     key[0], key[1], self.positions[key], reset, self.reset)
                         self.positions[key] = reset

@@ -11,39 +11,9 @@ from audit import batch_reader
 from audit.batch_reader import BatchReader
 from broker.protocol.batch_builder import build_batch, encode_record
 from broker.protocol.messages import ErrorCode
+from fake_pool import FakePool
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
-
-
-class FakeConn:
-    def __init__(self, answer):
-        self.answer, self.pending, self.sent = answer, [], []
-
-    def send(self, api_key, version, request):
-        self.pending.append(request)
-        self.sent.append(request)
-
-    def receive(self):
-        request = self.pending.pop(0)
-        return NS(responses=[NS(topic=t.topic, partitions=[self.answer(t.topic, p) for p in t.partitions])
-                             for t in request.topics])
-
-
-class FakePool:
-    def __init__(self, answer):
-        self.answer, self.connections, self.addresses, self.dropped = answer, {}, {}, []
-
-    def get(self, node):
-        if node not in self.connections:
-            self.connections[node] = FakeConn(self.answer)
-        return self.connections[node]
-
-    def drop(self, node):
-        self.dropped.append(node)
-        self.connections.pop(node, None)
-
-    def close(self):
-        self.connections.clear()
 
 
 def partition(p, error=ErrorCode.none, records=b"", low=0, high=0):
