@@ -20,17 +20,15 @@ while the others are read on, as librdkafka's fetcher does.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 
 from broker.protocol.control import committed_batches
 from broker.protocol.messages import ErrorCode
 from broker.protocol.record_reader import STORED_BATCH_CAP, records_body
-from mirror.wire import Pool, request_module
+from mirror.wire import FETCH, FETCH_VERSION, Pool, read_committed_fetches, receive_each
 
 log = logging.getLogger(__name__)
-FETCH, FETCH_VERSION = 1, 12
 # consumer settings this reader honours or that do not change what is read (librdkafka's names); any other
 # (security, SASL, proxies, ...) keeps the counter on librdkafka
 HARMLESS = {"bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level", "client.id", "fetch.min.bytes",
@@ -111,23 +109,12 @@ class BatchReader:
 
     def _send(self, positions: dict[Key, int]) -> list[int]:
         """One Fetch to each leader of ``positions``; the leaders asked."""
-        cls, module = request_module(FETCH, FETCH_VERSION)
-        by_leader: dict[int, dict[str, list]] = {}
-        for (topic, partition), position in positions.items():
-            leader = self.leaders.get((topic, partition), -1)
-            if leader < 0:
-                continue
-            by_leader.setdefault(leader, {}).setdefault(topic, []).append(module.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=position, last_fetched_epoch=-1,
-                log_start_offset=-1, partition_max_bytes=self.partition_bytes))
         if any(self.leaders.get(k, -1) < 0 for k in positions):
             self._trouble(None, "a partition without a leader")
         sent = []
-        for leader, topics in by_leader.items():
-            request = cls(replica_id=-1, max_wait=datetime.timedelta(milliseconds=self.wait_ms),
-                          min_bytes=self.min_bytes, max_bytes=self.max_bytes, isolation_level=1, session_id=0,
-                          session_epoch=-1, forgotten_topics_data=(), rack_id="",
-                          topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
+        for leader, (request, _) in read_committed_fetches(
+                positions, self.leaders, partition_bytes=self.partition_bytes, wait_ms=self.wait_ms,
+                min_bytes=self.min_bytes, max_bytes=self.max_bytes).items():
             try:
                 self.pool.get(leader).send(FETCH, FETCH_VERSION, request)
                 sent.append(leader)
@@ -137,15 +124,7 @@ class BatchReader:
 
     def _receive(self, sent: list[int], positions: dict[Key, int]) -> list[tuple[str, int, list, int]]:
         out = []
-        for leader in sent:
-            conn = self.pool.connections.get(leader)
-            if conn is None or not conn.pending:
-                continue  # dropped meanwhile
-            try:
-                response = conn.receive()
-            except (OSError, ConnectionError) as exc:
-                self._trouble(leader, exc)
-                continue
+        for _, response in receive_each(self.pool, sent, self._trouble):
             for topic in response.responses:
                 for p in topic.partitions:
                     key = (topic.topic, p.partition_index)

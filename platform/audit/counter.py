@@ -83,9 +83,10 @@ class TierCounter:
             raise ValueError(f"bad --whitelist: {exc}") from None
         if reader not in ("auto", "batches", "records"):
             raise ValueError(f"bad reader {reader!r}: auto, batches or records")
-        if reader == "batches" and not batch_reader.supports(self.consumer_config):
+        supported = batch_reader.supports(self.consumer_config)
+        if reader == "batches" and not supported:
             raise ValueError("the batch reader serves PLAINTEXT read_committed consumers only")
-        self.batches = reader == "batches" or (reader == "auto" and batch_reader.supports(self.consumer_config))
+        self.batches = supported and reader != "records"
         self.window_ms = window_ms
         self.emit_interval = emit_interval_ms / 1000
         self.serializer = AvroSerializer(SchemaRegistryClient(

@@ -19,7 +19,6 @@ other refusals and corrupt source bytes raise, and the stream restarts from the 
 
 from __future__ import annotations
 
-import datetime
 import logging
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
@@ -28,10 +27,9 @@ from broker.protocol import produce_request
 from broker.protocol.messages import ErrorCode
 from mirror.batches import MAX_BATCH_BYTES, Provenance, copy_fetched
 from mirror.mirror import source_event
-from mirror.wire import Pool, request_module
+from mirror.wire import FETCH, FETCH_VERSION, Pool, read_committed_fetches, receive_each
 
 log = logging.getLogger(__name__)
-FETCH, FETCH_VERSION = 1, 12
 PRODUCE, PRODUCE_VERSION = 0, 8
 API_TIMEOUT_S = 60
 RETRY = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
@@ -237,29 +235,17 @@ class BatchStream:
 
     def _send_fetches(self, positions: dict[Key, int]) -> list[tuple[int, dict[Key, int]]]:
         """One Fetch to each source leader of ``positions``; returns (leader, the offsets asked) per request sent."""
-        cls, module = request_module(FETCH, FETCH_VERSION)
-        by_leader: dict[int, dict[str, list]] = {}
-        asked: dict[int, dict[Key, int]] = {}
-        for key, position in positions.items():
-            leader = self.source_leader.get(key, -1)
-            if leader < 0:
-                continue
-            asked.setdefault(leader, {})[key] = position
-            by_leader.setdefault(leader, {}).setdefault(key[0], []).append(module.FetchPartition(
-                partition=key[1], current_leader_epoch=-1, fetch_offset=position, last_fetched_epoch=-1,
-                log_start_offset=-1, partition_max_bytes=self.partition_fetch_bytes))
-        if not by_leader:
+        requests = read_committed_fetches(positions, self.source_leader, partition_bytes=self.partition_fetch_bytes,
+                                          wait_ms=self.fetch_wait_ms, min_bytes=self.fetch_min_bytes,
+                                          max_bytes=self.fetch_max_bytes)
+        if not requests:
             self._source_trouble(None, "no leader known")
             return []
         sent = []
-        for leader, topics in by_leader.items():
-            request = cls(replica_id=-1, max_wait=datetime.timedelta(milliseconds=self.fetch_wait_ms),
-                          min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes, isolation_level=1,
-                          session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
-                          topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
+        for leader, (request, asked) in requests.items():
             try:
                 self.source.get(leader).send(FETCH, FETCH_VERSION, request)
-                sent.append((leader, asked[leader]))
+                sent.append((leader, asked))
             except (OSError, ConnectionError) as exc:
                 self._source_trouble(leader, exc)
         return sent
@@ -268,15 +254,9 @@ class BatchStream:
         """{partition: PartitionData} with data or nothing new, for the partitions still at the offset asked;
         errors handled (retried next cycle)."""
         out = {}
-        for leader, asked in sent:
-            conn = self.source.connections.get(leader)
-            if conn is None or not conn.pending:
-                continue  # dropped meanwhile
-            try:
-                response = conn.receive()
-            except (OSError, ConnectionError) as exc:
-                self._source_trouble(leader, exc)
-                continue
+        asked_of = dict(sent)
+        for leader, response in receive_each(self.source, asked_of, self._source_trouble):
+            asked = asked_of[leader]
             for topic in response.responses:
                 for p in topic.partitions:
                     key = (topic.topic, p.partition_index)

@@ -8,6 +8,7 @@ each), which is how one stream fetches from, or produces to, several brokers in 
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 
@@ -16,6 +17,7 @@ from broker.protocol import codec
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 << 20
 _IOV_MAX = 512  # buffers per sendmsg, under the kernel's 1024
+FETCH, FETCH_VERSION = 1, 12
 
 
 class Connection:
@@ -114,3 +116,42 @@ class Pool:
 def request_module(api_key: int, version: int):
     cls = codec.request_type(api_key, version)
     return cls, __import__(cls.__module__, fromlist=["x"])
+
+
+def read_committed_fetches(positions: dict, leaders: dict, *, partition_bytes: int, wait_ms: int, min_bytes: int,
+                           max_bytes: int) -> dict:
+    """One ``read_committed`` Fetch (v12, no session) per leader of ``positions`` ({(topic, partition): offset};
+    ``leaders``: {(topic, partition): broker id}, partitions without one left out): {leader: (request, {(topic,
+    partition): offset asked})}."""
+    cls, module = request_module(FETCH, FETCH_VERSION)
+    by_leader: dict[int, dict[str, list]] = {}
+    asked: dict[int, dict] = {}
+    for key, position in positions.items():
+        leader = leaders.get(key, -1)
+        if leader < 0:
+            continue
+        asked.setdefault(leader, {})[key] = position
+        by_leader.setdefault(leader, {}).setdefault(key[0], []).append(module.FetchPartition(
+            partition=key[1], current_leader_epoch=-1, fetch_offset=position, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=partition_bytes))
+    return {leader: (cls(replica_id=-1, max_wait=datetime.timedelta(milliseconds=wait_ms), min_bytes=min_bytes,
+                         max_bytes=max_bytes, isolation_level=1, session_id=0, session_epoch=-1,
+                         forgotten_topics_data=(), rack_id="",
+                         topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items())),
+                     asked[leader])
+            for leader, topics in by_leader.items()}
+
+
+def receive_each(pool: Pool, leaders, trouble):
+    """Yield ``(leader, response)`` to the oldest request pending on each of ``leaders``' connections; a
+    connection dropped meanwhile is skipped, one that fails goes to ``trouble(leader, exc)``."""
+    for leader in leaders:
+        conn = pool.connections.get(leader)
+        if conn is None or not conn.pending:
+            continue
+        try:
+            response = conn.receive()
+        except (OSError, ConnectionError) as exc:
+            trouble(leader, exc)
+            continue
+        yield leader, response
