@@ -232,6 +232,8 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.min.bytes", _int(1), 1, "Bytes a follower's fetch waits for."),
         Key("replica.fetch.max.bytes", _int(1), 1048576, "Bytes per partition in a follower's fetch."),
         Key("replica.fetch.response.max.bytes", _int(1), 10485760, "Bytes in a follower's fetch response."),
+        Key("max.incremental.fetch.session.cache.slots", _int(0), 1000, "Incremental fetch sessions (KIP-227) the "
+            "broker keeps; 0: every fetch is sessionless."),
         Key("replica.fetch.backoff.ms", _int(0), 1000, "Pause after a failed follower fetch."),
         Key("replica.socket.timeout.ms", _int(1), 30000, "Socket timeout of follower fetches."),
         Key("unclean.leader.election.enable", _bool, False, "Elect a replica outside the ISR when none is left "

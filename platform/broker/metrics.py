@@ -137,6 +137,14 @@ async def _snapshot(m: BrokerMetrics, broker) -> list:
                             [((), authorizer.denied)]))
     out.append(_gauge("kafka_server_socketservermetrics_connection_count", "Open client connections, per listener.",
                       0, ["listener"], [((name, ), len(x._connections)) for name, x in broker.listeners.items()]))
+    sessions = broker.fetch_sessions
+    out += [_gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                   "Incremental fetch sessions (KIP-227) held.", len(sessions.sessions)),
+            _gauge("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                   "Partitions in the incremental fetch sessions held.", sessions.partitions_cached()),
+            _counter("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                     "Incremental fetch sessions evicted to make room (IncrementalFetchSessionEvictionsPerSec).", [],
+                     [((), sessions.evictions)])]
     out += _partition_gauges(broker)
     return out
 

@@ -31,6 +31,7 @@ from broker.metadata.topics import (
     validate_topic_configs,
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
+from broker.fetch_sessions import FetchSessionCache
 from broker.metrics import BrokerMetrics
 from broker.network.quotas import ConnectionQuotas
 from broker.security.acl_authorizer import AclAuthorizer
@@ -75,6 +76,7 @@ class Broker:
         self.cleaner = LogCleaner(self)
         self.authorizer = AclAuthorizer.from_broker(self)  # None: every request allowed
         self.metrics = BrokerMetrics()
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
         self._stopping = asyncio.Event()

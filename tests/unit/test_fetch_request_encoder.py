@@ -21,15 +21,16 @@ TOPICS = st.lists(st.tuples(NAMES, st.lists(st.tuples(I32, I32, I64, I32), max_s
 
 
 def kio_frame(correlation_id: int, client_id: str, replica_id: int, max_wait: int, min_bytes: int,
-              max_bytes: int, topics) -> bytes:
+              max_bytes: int, topics, session_id: int = 0, session_epoch: int = -1, forgotten=()) -> bytes:
     request = KIO.FetchRequest(
         replica_id=replica_id, max_wait=datetime.timedelta(milliseconds=max_wait), min_bytes=min_bytes,
-        max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+        max_bytes=max_bytes, isolation_level=0, session_id=session_id, session_epoch=session_epoch,
         topics=tuple(KIO.FetchTopic(topic=name, partitions=tuple(
             KIO.FetchPartition(partition=index, current_leader_epoch=epoch, fetch_offset=offset,
                                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=limit)
             for index, epoch, offset, limit in partitions)) for name, partitions in topics),
-        forgotten_topics_data=(), rack_id="")
+        forgotten_topics_data=tuple(KIO.ForgottenTopic(topic=name, partitions=tuple(indexes))
+                                    for name, indexes in forgotten), rack_id="")
     return codec.encode_request(1, 12, correlation_id, client_id, request)
 
 
@@ -40,6 +41,15 @@ def test_the_frame_is_kios_byte_for_byte(correlation_id, client_id, replica_id, 
     ours = fetch_request.encode_v12(correlation_id, client_id.encode(), replica_id, max_wait, min_bytes,
                                     max_bytes, topics)
     assert ours == kio_frame(correlation_id, client_id, replica_id, max_wait, min_bytes, max_bytes, topics)
+
+
+@settings(max_examples=200, deadline=None)
+@given(I32, I32, I32, TOPICS, st.lists(st.tuples(NAMES, st.lists(I32, max_size=4)), max_size=4))
+def test_a_session_fetch_is_kios_byte_for_byte(correlation_id, session_id, session_epoch, topics, forgotten):
+    ours = fetch_request.encode_v12(correlation_id, b"replica-fetcher-1", 1, 500, 1, 10485760, topics,
+                                    session_id, session_epoch, forgotten)
+    assert ours == kio_frame(correlation_id, "replica-fetcher-1", 1, 500, 1, 10485760, topics, session_id,
+                             session_epoch, forgotten)
 
 
 def test_the_broker_reads_it_back():

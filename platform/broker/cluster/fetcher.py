@@ -12,6 +12,12 @@ that partition: it is fetched again from the same offset after ``replica.fetch.b
 per attempt. Meanwhile the leader drops this replica from the ISR if it falls behind; it rejoins once it catches
 up after space returns.
 
+The fetcher keeps an incremental fetch session (KIP-227, :mod:`broker.fetch_sessions`) with its leader: after a
+full fetch that opens it, a request names only the partitions whose position (offset, leader epoch) changed
+since the last one and the partitions that left (forgotten), and the answer carries only partitions with news.
+An idle partition then costs neither broker an entry per fetch. A session error (the leader restarted, evicted
+it, or lost count of its epoch) or a new connection starts over with a full fetch, which closes the old session.
+
 Timeouts use ``asyncio.timeout``, never ``asyncio.wait_for``: on Python 3.11 ``wait_for`` swallows a
 cancellation that arrives as the awaited read completes (a third of the time on a busy connection in a
 test), and a fetcher that outlived its cancellation kept a stopping broker from ever exiting. :meth:`stop`
@@ -61,11 +67,18 @@ class LeaderFetcher:
         self._correlation = 0
         self._client_id = f"replica-fetcher-{self.broker.node_id}".encode()
         self._stopping = False
+        self._session_id = 0  # the leader's fetch session (0: none yet)
+        self._session_epoch = 0  # the epoch of the next request in it (0: a full fetch that opens one)
+        self._in_session: dict[tuple[str, int], tuple[int, int]] = {}  # what the session holds: (epoch, offset)
+        self._restart = False  # the next fetch must be full (a session partition was skipped or replaced)
 
     def add(self, partition) -> None:
         if self._stopping:
             return
-        self.partitions[(partition.topic, partition.index)] = Followed(partition)
+        key = (partition.topic, partition.index)
+        self.partitions[key] = Followed(partition)
+        if key in self._in_session:  # followed anew (a new leader epoch): what the leader told the old one may
+            self._restart = True  # never have been applied, so the next fetch is a full one
         self._wakeup.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -88,6 +101,7 @@ class LeaderFetcher:
 
     # ---- connection -------------------------------------------------------------------------------------------
     def _close(self, abort: bool = False) -> None:
+        self._session_epoch = 0  # an answer may have been lost with the connection: start over with a full fetch
         if self._writer is not None:
             if abort:
                 self._writer.transport.abort()
@@ -219,21 +233,46 @@ class LeaderFetcher:
     async def _fetch(self, followed: dict[tuple[str, int], Followed]) -> None:
         cfg = self.broker.config
         limit = cfg["replica.fetch.max.bytes"]
+        wanted = {key: (f.partition.leader_epoch, f.partition.log.log_end_offset) for key, f in followed.items()}
+        full = self._session_epoch == 0 or self._restart
+        self._restart = False
         by_topic: dict[str, list] = {}
-        for (topic, index), f in followed.items():
-            by_topic.setdefault(topic, []).append((index, f.partition.leader_epoch, f.partition.log.log_end_offset,
-                                                   limit))
+        for key, position in wanted.items():
+            if full or self._in_session.get(key) != position:
+                by_topic.setdefault(key[0], []).append((key[1], position[0], position[1], limit))
+        forgotten: dict[str, list] = {}
+        if not full:
+            for key in self._in_session.keys() - wanted.keys():
+                forgotten.setdefault(key[0], []).append(key[1])
         self._correlation += 1
         frame = fetch_request.encode_v12(self._correlation, self._client_id, self.broker.node_id,
                                          cfg["replica.fetch.wait.max.ms"], cfg["replica.fetch.min.bytes"],
-                                         cfg["replica.fetch.response.max.bytes"], list(by_topic.items()))
+                                         cfg["replica.fetch.response.max.bytes"], list(by_topic.items()),
+                                         self._session_id, 0 if full else self._session_epoch,
+                                         list(forgotten.items()))
         response = await self._exchange(FETCH_KEY, FETCH_VERSION, frame)
         if self._stopping:
             return
+        if response.error_code:  # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: no partitions in it
+            log.info("fetch session %d with broker %d: error %d; starting a new one", self._session_id,
+                     self.leader_id, response.error_code)
+            self._session_epoch = 0  # the full fetch names the old id, which closes it if the leader still has it
+            return
+        if full:
+            self._session_id = response.session_id
+            self._session_epoch = 1 if response.session_id else 0
+        elif response.session_id != self._session_id:  # the leader closed it: start over
+            self._session_epoch = 0
+        else:
+            self._session_epoch = 1 if self._session_epoch >= 2**31 - 1 else self._session_epoch + 1
+        self._in_session = wanted
         for topic in response.responses:
             for p in topic.partitions:
                 f = self.partitions.get((topic.topic, p.partition_index))
                 if f is None or f.needs_truncation:
+                    # not applied, though the leader counts it as told (a high watermark, say): a full fetch next,
+                    # so a partition followed again later learns its whole state
+                    self._restart = True
                     continue
                 self._apply(f, p)
 
@@ -250,7 +289,7 @@ class LeaderFetcher:
                 except OSError as exc:
                     self._refused(f, exc)
             else:
-                f.needs_truncation = True
+                f.needs_truncation = self._restart = True  # the next fetch is full (see _fetch)
             return
         if error != ErrorCode.none:
             log.warning("fetch of %s-%d from broker %d: %s", plog.topic, plog.partition, self.leader_id,
@@ -266,7 +305,7 @@ class LeaderFetcher:
                     plog.append_as_follower(chunk)
                 except NotContiguous as exc:
                     log.warning("%s-%d: %s; truncating again", plog.topic, plog.partition, exc)
-                    f.needs_truncation = True
+                    f.needs_truncation = self._restart = True  # the next fetch is full (see _fetch)
                     return
                 except OSError as exc:
                     self._refused(f, exc)

@@ -8,6 +8,9 @@ Transactions: ``read_committed`` consumers (isolation level 1) read up to the la
 aborted transactions overlapping what they read (producer id, first offset), so they drop those records; every
 partition reports its last stable offset.
 
+Fetch sessions (KIP-227, :mod:`broker.fetch_sessions`): a v7+ request may open one or continue one; an incremental
+request reads every partition of its session and answers only those with news.
+
 Cluster mode: only the leader serves fetches. Consumers read up to the high watermark; a follower
 (``replica_id`` >= 0) reads up to the log end, and the offset it asks for tells the leader how far its copy
 goes (which may advance the high watermark and bring it back into the ISR).
@@ -26,9 +29,11 @@ KEY = 1
 READ_COMMITTED = 1
 
 
-def collect(broker, request, first_pass: bool, denied: frozenset = frozenset()) -> tuple[list, int, bool]:
+def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(),
+            wanted=None) -> tuple[list, int, bool]:
     """One pass over the requested partitions: (topics, bytes found, whether any partition has an error).
-    ``denied``: topics this connection may not read (TOPIC_AUTHORIZATION_FAILED)."""
+    ``denied``: topics this connection may not read (TOPIC_AUTHORIZATION_FAILED). ``wanted``: the partitions to
+    read as [(topic, [partition, ...])] (a fetch session's), else the request's."""
     budget = request.max_bytes
     replica_id = getattr(request, "replica_id", -1)
     follower = replica_id >= 0 and broker.cluster is not None
@@ -36,11 +41,11 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset()) 
     total = 0
     errors = False
     topics = []
-    for topic in request.topics:
-        info = broker.topics.get(topic.topic)
+    for name, requested in wanted if wanted is not None else ((t.topic, t.partitions) for t in request.topics):
+        info = broker.topics.get(name)
         partitions = []
-        for p in topic.partitions:
-            if topic.topic in denied:
+        for p in requested:
+            if name in denied:
                 partitions.append(PartitionData(p.partition, ErrorCode.topic_authorization_failed.value))
                 errors = True
                 continue
@@ -48,13 +53,13 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset()) 
                 partitions.append(PartitionData(p.partition, ErrorCode.unknown_topic_or_partition.value))
                 errors = True
                 continue
-            error, plog = broker.leader_log(topic.topic, p.partition, getattr(p, "current_leader_epoch", -1))
+            error, plog = broker.leader_log(name, p.partition, getattr(p, "current_leader_epoch", -1))
             if plog is None:
                 partitions.append(PartitionData(p.partition, error.value))
                 errors = True
                 continue
             if follower and first_pass:
-                broker.cluster.follower_fetched(broker.cluster.partition(topic.topic, p.partition), replica_id,
+                broker.cluster.follower_fetched(broker.cluster.partition(name, p.partition), replica_id,
                                                 p.fetch_offset)
             lso = plog.last_stable_offset
             data = PartitionData(p.partition, 0, plog.high_watermark, lso, plog.log_start_offset)
@@ -74,7 +79,7 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset()) 
                         data.aborted = [(t.producer_id, t.first_offset)
                                         for t in plog.aborted_transactions(p.fetch_offset, lso)]
             partitions.append(data)
-        topics.append((topic.topic, partitions))
+        topics.append((name, partitions))
     return topics, total, errors
 
 
@@ -82,27 +87,33 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset()) 
 async def handle(broker, header, request):
     max_wait = ms(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    replica = getattr(request, "replica_id", -1) >= 0
+    context = broker.fetch_sessions.open(request, privileged=replica and broker.cluster is not None)
+    if context.error:
+        return RawResponse(fetch_response.encode(header.api_version, header.correlation_id, [],
+                                                 error_code=context.error.value))
+    wanted = context.topics()
+    keys = [(name, p.partition) for name, partitions in wanted for p in partitions]
     denied = frozenset()
     if access.enabled(broker):  # a follower needs ClusterAction (else its offsets would move the HW), a consumer Read
-        if getattr(request, "replica_id", -1) >= 0:
+        if replica:
             cluster_ok = access.on_cluster(broker, "ClusterAction")
-            denied = frozenset() if cluster_ok else frozenset(t.topic for t in request.topics)
+            denied = frozenset() if cluster_ok else frozenset(name for name, _ in wanted)
         else:
-            denied = frozenset(t.topic for t in request.topics if not access.allowed(broker, "Read", access.TOPIC,
-                                                                                       t.topic))
+            denied = frozenset(name for name, _ in wanted if not access.allowed(broker, "Read", access.TOPIC, name))
     first_pass = True
     while True:
-        topics, total, errors = collect(broker, request, first_pass, denied)
+        topics, total, errors = collect(broker, request, first_pass, denied, wanted)
         first_pass = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             break
         await broker.wait_for_append(keys, remaining)
-    replica = getattr(request, "replica_id", -1) >= 0
     for name, partitions in topics:
         sent = sum(len(d.records) if isinstance(d.records, (bytes, bytearray)) else d.records.size
                    for d in partitions)
         if sent:
             broker.metrics.fetched(name, sent, replica)
-    return RawResponse(fetch_response.encode(header.api_version, header.correlation_id, topics))
+    topics = context.answer(topics)
+    return RawResponse(fetch_response.encode(header.api_version, header.correlation_id, topics,
+                                             session_id=context.session_id))

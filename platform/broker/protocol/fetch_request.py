@@ -4,9 +4,10 @@ A follower sends one of these after every response it applies. Building it as ki
 partition and topic and kio's generic writer every time, one of a follower's largest Python costs under
 acks=all load. Only the offsets change between two fetches, so the frame is a few ``struct`` packs.
 
-Fetch v12 (flexible): replica id, max wait, min bytes, max bytes, isolation level, session id and epoch (a
-sessionless fetch: 0 and -1), the topics with their partitions (current leader epoch, fetch offset, last fetched
-epoch -1, log start offset -1, partition max bytes), no forgotten topics, an empty rack id, no tagged fields.
+Fetch v12 (flexible): replica id, max wait, min bytes, max bytes, isolation level, session id and epoch (KIP-227;
+0 and -1 by default: a sessionless fetch), the topics with their partitions (current leader epoch, fetch offset,
+last fetched epoch -1, log start offset -1, partition max bytes), the forgotten topics with their partition
+indexes, an empty rack id, no tagged fields.
 """
 
 from __future__ import annotations
@@ -24,23 +25,34 @@ _I32 = struct.Struct(">i")
 
 
 def encode_v12(correlation_id: int, client_id: bytes, replica_id: int, max_wait_ms: int, min_bytes: int,
-               max_bytes: int, topics) -> bytes:
+               max_bytes: int, topics, session_id: int = 0, session_epoch: int = -1, forgotten=()) -> bytes:
     """The whole frame (size prefix included). ``topics``: [(name, [(index, current leader epoch, fetch offset,
-    partition max bytes), ...]), ...]."""
+    partition max bytes), ...]), ...]; ``forgotten``: [(name, [index, ...]), ...]."""
     out = bytearray(_HEAD.pack(0, KEY, VERSION, correlation_id, len(client_id)))
     out += client_id
     out += b"\x00"  # request header v2: no tagged fields
-    out += _BODY.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
+    out += _BODY.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch)
     out += write_uvarint(len(topics) + 1)
     for name, partitions in topics:
-        raw = name.encode()
-        out += write_uvarint(len(raw) + 1)
-        out += raw
-        out += write_uvarint(len(partitions) + 1)
+        _topic_head(out, name, len(partitions))
         for index, leader_epoch, fetch_offset, partition_max_bytes in partitions:
             out += _PARTITION.pack(index, leader_epoch, fetch_offset, -1, -1, partition_max_bytes)
             out += b"\x00"
         out += b"\x00"
-    out += b"\x01\x01\x00"  # forgotten topics: none; rack id: empty; no tagged fields
+    out += write_uvarint(len(forgotten) + 1)
+    for name, indexes in forgotten:
+        _topic_head(out, name, len(indexes))
+        for index in indexes:
+            out += _I32.pack(index)
+        out += b"\x00"
+    out += b"\x01\x00"  # rack id: empty; no tagged fields
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def _topic_head(out: bytearray, name: str, count: int) -> None:
+    """A topic's compact name and the compact length of its array that follows."""
+    raw = name.encode()
+    out += write_uvarint(len(raw) + 1)
+    out += raw
+    out += write_uvarint(count + 1)

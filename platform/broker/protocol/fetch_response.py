@@ -53,7 +53,7 @@ def _array_len(n: int, flexible: bool) -> bytes:
 
 
 def encode(version: int, correlation_id: int, topics: list[tuple[str, list[PartitionData]]],
-           error_code: int = 0) -> list:
+           error_code: int = 0, session_id: int = 0) -> list:
     flexible = version >= 12
     parts: list = []
     head = bytearray(_I32.pack(correlation_id))
@@ -61,7 +61,7 @@ def encode(version: int, correlation_id: int, topics: list[tuple[str, list[Parti
         head += b"\x00"  # response header v1: empty tagged fields
     head += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
-        head += struct.pack(">hi", error_code, 0)  # session id 0: sessionless
+        head += struct.pack(">hi", error_code, session_id)  # 0: sessionless (broker.fetch_sessions)
     head += _array_len(len(topics), flexible)
     for name, partitions in topics:
         head += _string(name, flexible)
