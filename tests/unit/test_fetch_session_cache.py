@@ -1,6 +1,7 @@
 """Incremental fetch sessions (KIP-227) in the broker's cache: opening, incremental requests, forgotten
-partitions, what an incremental answer keeps, epochs, errors and eviction. The Fetch handler's use of them is
-covered by kafka-python and the replica fetchers in tests/integration/test_fetch_sessions.py."""
+partitions, what an incremental answer keeps, epochs, errors and eviction; and the leader's quiet path for a
+follower session's partitions with nothing to tell (``broker.handlers.fetch._quiet``). The Fetch handler's use of
+them is covered by kafka-python and the replica fetchers in tests/integration/test_fetch_sessions.py."""
 
 from __future__ import annotations
 
@@ -159,3 +160,58 @@ def test_the_epoch_wraps_to_1():
     cache.sessions[ctx.session_id].epoch = 2**31 - 1
     assert cache.open(request(ctx.session_id, 2**31 - 1), False).error == ErrorCode.none
     assert cache.sessions[ctx.session_id].epoch == 1
+
+
+# ---- the leader's quiet path (broker.handlers.fetch._quiet) ------------------------------------------------------
+def quiet_setup(**changes):
+    """A leader (broker 1) of t-0 at offset 10, all committed; follower 2 in the ISR, its session told (10, 10, 0)."""
+    from broker.cluster.partition import FollowerState
+
+    plog = NS(high_watermark=10, log_end_offset=10, last_stable_offset=10, log_start_offset=0)
+    part = NS(leader_id=1, broker_id=1, leader_epoch=4, log=plog, isr=(1, 2), followers={2: FollowerState(leo=7)})
+    broker = NS(cluster=NS(partitions={("t", 0): part}), logs=NS(is_offline=lambda topic, index: False))
+    cached = NS(partition=0, current_leader_epoch=4, fetch_offset=10, sent=(10, 10, 0))
+    for key, value in changes.items():
+        target, attr = key.split("__")
+        setattr({"plog": plog, "part": part, "cached": cached}[target], attr, value)
+    return broker, part, cached
+
+
+def test_a_quiet_partition_notes_the_follower_at_the_log_end():
+    from broker.handlers.fetch import _quiet
+
+    broker, part, cached = quiet_setup()
+    assert _quiet(broker, "t", cached, 2, now=12345)
+    state = part.followers[2]
+    assert (state.leo, state.leader_leo_at_last_fetch, state.last_caught_up_ms, state.last_fetch_ms) == \
+        (10, 10, 12345, 12345)
+    assert _quiet(broker, "t", cached, 2, now=None) and state.last_fetch_ms == 12345  # a later pass notes nothing
+
+
+@pytest.mark.parametrize("change", [
+    {"part__leader_id": 3},  # no longer the leader
+    {"cached__current_leader_epoch": 3},  # the follower's epoch is stale: the general path fences it
+    {"cached__fetch_offset": 9},  # the follower has not everything
+    {"plog__log_end_offset": 11},  # new records
+    {"plog__high_watermark": 9, "cached__fetch_offset": 9},  # not all committed: the HW may move
+    {"part__isr": (1,)},  # the follower may rejoin the ISR
+    {"plog__last_stable_offset": 8},  # news for the follower
+    {"plog__log_start_offset": 5},
+    {"cached__sent": object()},  # never told
+    {"part__followers": {}},
+])
+def test_anything_to_do_or_tell_takes_the_general_path(change):
+    from broker.handlers.fetch import _quiet
+
+    broker, part, cached = quiet_setup(**change)
+    assert not _quiet(broker, "t", cached, 2, now=1)
+
+
+def test_an_offline_or_unknown_partition_takes_the_general_path():
+    from broker.handlers.fetch import _quiet
+
+    broker, _, cached = quiet_setup()
+    broker.logs.is_offline = lambda topic, index: True
+    assert not _quiet(broker, "t", cached, 2, now=1)
+    broker, _, cached = quiet_setup()
+    assert not _quiet(broker, "u", cached, 2, now=1)

@@ -18,6 +18,7 @@ goes (which may advance the high watermark and bring it back into the ISR).
 
 import time
 
+from broker.cluster.partition import now_ms
 from broker.handlers.registry import RawResponse, handles
 from broker.log.log import OffsetOutOfRange
 from broker.protocol import fetch_response
@@ -29,11 +30,35 @@ KEY = 1
 READ_COMMITTED = 1
 
 
-def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(),
-            wanted=None) -> tuple[list, int, bool]:
+def _quiet(broker, topic: str, p, replica_id: int, now: int | None) -> bool:
+    """True for a follower session's partition with nothing to tell (its follower has everything, all of it
+    committed, and was told the current offsets): then its answer would leave it out anyway, so only the follower's
+    progress is noted (``now``: on the request's first pass), without the general path's reads and answer entry.
+    Anything else (leadership, epochs, an offline log, an ISR or a high watermark to move) takes the general path."""
+    part = broker.cluster.partitions.get((topic, p.partition))
+    if part is None or part.leader_id != part.broker_id or p.current_leader_epoch not in (-1, part.leader_epoch):
+        return False
+    plog = part.log
+    hw = plog.high_watermark
+    if p.fetch_offset != hw or plog.log_end_offset != hw or replica_id not in part.isr:
+        return False
+    if p.sent != (hw, plog.last_stable_offset, plog.log_start_offset) or broker.logs.is_offline(topic, p.partition):
+        return False
+    follower = part.followers.get(replica_id)
+    if follower is None:
+        return False
+    if now is not None:  # what Partition.record_follower_fetch does for a follower at the log end
+        follower.leo = follower.leader_leo_at_last_fetch = hw
+        follower.last_caught_up_ms = follower.last_fetch_ms = now
+    return True
+
+
+def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), wanted=None,
+            incremental: bool = False) -> tuple[list, int, bool]:
     """One pass over the requested partitions: (topics, bytes found, whether any partition has an error).
     ``denied``: topics this connection may not read (TOPIC_AUTHORIZATION_FAILED). ``wanted``: the partitions to
-    read as [(topic, [partition, ...])] (a fetch session's), else the request's."""
+    read as [(topic, [partition, ...])] (a fetch session's), else the request's; ``incremental``: they are an
+    incremental session's, whose quiet partitions a follower's answer leaves out (:func:`_quiet`)."""
     budget = request.max_bytes
     replica_id = getattr(request, "replica_id", -1)
     follower = replica_id >= 0 and broker.cluster is not None
@@ -41,10 +66,14 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(),
     total = 0
     errors = False
     topics = []
+    quiet = follower and incremental and not denied
+    now = now_ms()
     for name, requested in wanted if wanted is not None else ((t.topic, t.partitions) for t in request.topics):
         info = broker.topics.get(name)
         partitions = []
         for p in requested:
+            if quiet and _quiet(broker, name, p, replica_id, now if first_pass else None):
+                continue
             if name in denied:
                 partitions.append(PartitionData(p.partition, ErrorCode.topic_authorization_failed.value))
                 errors = True
@@ -103,7 +132,8 @@ async def handle(broker, header, request):
             denied = frozenset(name for name, _ in wanted if not access.allowed(broker, "Read", access.TOPIC, name))
     first_pass = True
     while True:
-        topics, total, errors = collect(broker, request, first_pass, denied, wanted)
+        topics, total, errors = collect(broker, request, first_pass, denied, wanted,
+                                        incremental=context.kind == "incremental")
         first_pass = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
