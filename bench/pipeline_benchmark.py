@@ -251,7 +251,7 @@ def run(args, out: Path, command: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="1000,2000,5000,10000,14000,20000,28000,40000,56000,80000",
+    parser.add_argument("--rates", default="1000,2000,5000,10000,14000,20000,28000,40000,56000,64000,72000,80000",
                         help="offered rates (msg/s), one step each")
     parser.add_argument("--step-seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=15, help="seconds at the first rate, not judged")
