@@ -2,15 +2,15 @@
 costs).
 
 In the default topology most broker CPU goes to requests that come alone, and their count follows the producers'
-batching and the fetches it wakes, not the message rate (``bench/wake_cost.py``). A follower's Fetch names every
-partition it follows from that leader, with no fetch session (KIP-227): the leader reads each partition's state
-and the follower encodes, decodes and applies each, whether it moved or not. The offline datacenter carries
+batching and the fetches it wakes, not the message rate (``bench/wake_cost.py``). Without a fetch session (KIP-227)
+a follower's Fetch names every partition it follows from that leader: the leader reads each partition's state and
+the follower encodes, decodes and applies each, whether it moved or not. The offline datacenter carries
 ``__transaction_state`` (50 partitions by default, ``transaction.state.log.num.partitions``) for the exactly-once
 mirror, so its followers' fetches name about 17 idle partitions per leader more than the live ones'.
 
 Fetch sessions (``--sessions on,off``): since issue 20's KIP-227 work the followers keep an incremental fetch
-session with each leader, so an idle partition is named in neither direction after the first fetch (the leader
-still reads its state each time). ``off`` starts the brokers with ``max.incremental.fetch.session.cache.slots=0``:
+session with each leader, so an idle partition is named in neither direction after the first fetch, and the leader
+passes over a session's quiet partitions cheaply (``broker.handlers.fetch._quiet``). ``off`` starts the brokers with ``max.incremental.fetch.session.cache.slots=0``:
 every fetch full, as before.
 
 Each round starts a ZooKeeper and three brokers per setting (fresh, so the settings do not share a page cache or
