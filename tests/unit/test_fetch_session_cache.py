@@ -215,3 +215,30 @@ def test_an_offline_or_unknown_partition_takes_the_general_path():
     assert not _quiet(broker, "t", cached, 2, now=1)
     broker, _, cached = quiet_setup()
     assert not _quiet(broker, "u", cached, 2, now=1)
+
+
+def collect_quiet(broker, cached, first_pass=True, denied=frozenset(), partitions=1):
+    from broker.handlers.fetch import collect
+
+    broker.topics = {"t": NS(partitions=partitions)}
+    request = NS(max_bytes=1 << 20, replica_id=2, isolation_level=0)
+    return collect(broker, request, first_pass, denied, [("t", [cached])], incremental=True)
+
+
+def test_collect_leaves_quiet_partitions_out_and_notes_progress_on_the_first_pass_only():
+    broker, part, cached = quiet_setup()
+    assert collect_quiet(broker, cached) == ([("t", [])], 0, False)
+    noted = part.followers[2].last_fetch_ms
+    assert noted > 0
+    part.followers[2].last_fetch_ms = 1
+    assert collect_quiet(broker, cached, first_pass=False) == ([("t", [])], 0, False)
+    assert part.followers[2].last_fetch_ms == 1
+
+
+def test_collect_still_refuses_unknown_partitions_and_denied_topics():
+    broker, _, cached = quiet_setup()
+    topics, _, errors = collect_quiet(broker, cached, partitions=0)  # the topic shrank: not quiet, unknown
+    assert errors and topics[0][1][0].error_code == ErrorCode.unknown_topic_or_partition.value
+    broker, _, cached = quiet_setup()
+    topics, _, errors = collect_quiet(broker, cached, denied=frozenset({"t"}))
+    assert errors and topics[0][1][0].error_code == ErrorCode.topic_authorization_failed.value

@@ -72,8 +72,6 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), 
         info = broker.topics.get(name)
         partitions = []
         for p in requested:
-            if quiet and _quiet(broker, name, p, replica_id, now if first_pass else None):
-                continue
             if name in denied:
                 partitions.append(PartitionData(p.partition, ErrorCode.topic_authorization_failed.value))
                 errors = True
@@ -81,6 +79,8 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), 
             if info is None or not 0 <= p.partition < info.partitions:
                 partitions.append(PartitionData(p.partition, ErrorCode.unknown_topic_or_partition.value))
                 errors = True
+                continue
+            if quiet and _quiet(broker, name, p, replica_id, now if first_pass else None):
                 continue
             error, plog = broker.leader_log(name, p.partition, getattr(p, "current_leader_epoch", -1))
             if plog is None:
