@@ -4,7 +4,7 @@ name only the partitions whose position changed and the answers carry only the p
 A follower fetching a leader's hundred partitions (``__transaction_state``'s fifty among them, idle most of the
 time) otherwise names every one of them in every request, and gets every one back in every answer: per-partition
 encoding and decoding on both brokers, for nothing. Kafka's replica fetchers and its Java consumer open a session;
-so do kafka-python (>= 2.1) and this broker's own replica fetcher. librdkafka and aiokafka fetch sessionless.
+so do kafka-python (3.x, tested here) and this broker's own replica fetcher. librdkafka and aiokafka fetch sessionless.
 
 The rules, as Kafka's ``FetchSession.scala`` applies them (Fetch v7+, ``session_id`` and ``session_epoch``):
 
