@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -415,6 +416,17 @@ def start_with_metrics(c: Cluster) -> Cluster:
         c.brokers[i] = b.start()
     c.wait_registered(set(range(c.size)))
     return c
+
+
+@contextlib.contextmanager
+def metrics_cluster(workdir: Path, **overrides):
+    """A running :func:`start_with_metrics` cluster whose brokers all know each other, stopped on exit."""
+    c = Cluster(workdir, **overrides)
+    try:
+        start_with_metrics(c).wait_brokers_seen()
+        yield c
+    finally:
+        c.stop()
 
 
 class EnsembleCluster(Cluster):

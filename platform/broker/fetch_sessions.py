@@ -34,6 +34,7 @@ import random
 import time
 from collections import OrderedDict
 
+from broker.protocol.fetch_response import records_size
 from broker.protocol.messages import ErrorCode
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
@@ -115,8 +116,7 @@ class FetchContext:
                 key = (name, data.index)
                 cached = session.partitions.get(key)
                 state = (data.high_watermark, data.last_stable_offset, data.log_start_offset)
-                has_records = bool(len(data.records) if isinstance(data.records, (bytes, bytearray))
-                                   else data.records.size)
+                has_records = records_size(data.records) > 0
                 if data.error_code or has_records or cached is None or cached.sent != state:
                     kept.append(data)
                     if cached is not None:
@@ -145,7 +145,6 @@ class FetchSessionCache:
         self.clock = clock
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
-        self.incremental_fetches = 0
 
     def open(self, request, privileged: bool) -> FetchContext:
         """The context of one Fetch request (``privileged``: from a follower)."""
@@ -173,7 +172,6 @@ class FetchSessionCache:
                     cached.update(p)
         session.epoch = next_epoch(epoch)
         session.last_used = self.clock()
-        self.incremental_fetches += 1
         return FetchContext(self, "incremental", request, session, privileged)
 
     def create(self, request, privileged: bool) -> FetchSession | None:

@@ -11,19 +11,15 @@ import requests
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
-from support import Cluster, start_with_metrics, wait_until
+from support import metrics_cluster, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("sessions"), size=3, default_replication_factor=3)
-    try:
-        start_with_metrics(c).wait_brokers_seen()
+    with metrics_cluster(tmp_path_factory.mktemp("sessions"), size=3, default_replication_factor=3) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def gauge(broker, name: str) -> float:

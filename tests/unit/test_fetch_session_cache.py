@@ -165,10 +165,11 @@ def test_the_epoch_wraps_to_1():
 # ---- the leader's quiet path (broker.handlers.fetch._quiet) ------------------------------------------------------
 def quiet_setup(**changes):
     """A leader (broker 1) of t-0 at offset 10, all committed; follower 2 in the ISR, its session told (10, 10, 0)."""
-    from broker.cluster.partition import FollowerState
+    from broker.cluster.partition import FollowerState, Partition
 
     plog = NS(high_watermark=10, log_end_offset=10, last_stable_offset=10, log_start_offset=0)
-    part = NS(leader_id=1, broker_id=1, leader_epoch=4, log=plog, isr=(1, 2), followers={2: FollowerState(leo=7)})
+    part = Partition("t", 0, plog, broker_id=1)
+    part.leader_id, part.leader_epoch, part.isr, part.followers = 1, 4, (1, 2), {2: FollowerState(leo=7)}
     broker = NS(cluster=NS(partitions={("t", 0): part}), logs=NS(is_offline=lambda topic, index: False))
     cached = NS(partition=0, current_leader_epoch=4, fetch_offset=10, sent=(10, 10, 0))
     for key, value in changes.items():

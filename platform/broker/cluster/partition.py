@@ -87,6 +87,23 @@ class Partition:
                 return tuple(r for r in self.replicas if r in self.isr or r == replica_id)
         return None
 
+    def note_quiet_fetch(self, replica_id: int, fetch_offset: int, leader_epoch: int, now: int | None) -> bool:
+        """:meth:`record_follower_fetch` for the one case where it can only note progress: this broker leads at
+        ``leader_epoch`` (-1: not checked), every record is committed, and a follower in the ISR asks for the log end
+        (so neither the high watermark nor the ISR can move). Notes it (``now``; None: only checks) and returns
+        True; False, noting nothing, in any other case."""
+        hw = self.log.high_watermark
+        if (not self.is_leader or leader_epoch not in (-1, self.leader_epoch) or fetch_offset != hw
+                or self.log.log_end_offset != hw or replica_id not in self.isr):
+            return False
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            return False
+        if now is not None:
+            follower.leo = follower.leader_leo_at_last_fetch = hw
+            follower.last_caught_up_ms = follower.last_fetch_ms = now
+        return True
+
     def _epoch_start(self) -> int:
         entries = self.log.epochs.entries
         return entries[-1][1] if entries and entries[-1][0] == self.leader_epoch else 0

@@ -22,7 +22,7 @@ from broker.cluster.partition import now_ms
 from broker.handlers.registry import RawResponse, handles
 from broker.log.log import OffsetOutOfRange
 from broker.protocol import fetch_response
-from broker.protocol.fetch_response import PartitionData
+from broker.protocol.fetch_response import PartitionData, records_size
 from broker.protocol.messages import ErrorCode, ms
 from broker.security import access
 
@@ -31,26 +31,17 @@ READ_COMMITTED = 1
 
 
 def _quiet(broker, topic: str, p, replica_id: int, now: int | None) -> bool:
-    """True for a follower session's partition with nothing to tell (its follower has everything, all of it
-    committed, and was told the current offsets): then its answer would leave it out anyway, so only the follower's
-    progress is noted (``now``: on the request's first pass), without the general path's reads and answer entry.
-    Anything else (leadership, epochs, an offline log, an ISR or a high watermark to move) takes the general path."""
+    """True for a follower session's partition with nothing to tell (the follower has everything, all of it
+    committed, and was told the current offsets; :meth:`Partition.note_quiet_fetch`): its answer would leave it
+    out anyway, so only the follower's progress is noted (``now``: on the request's first pass), without the general
+    path's reads and answer entry. Anything else takes the general path."""
     part = broker.cluster.partitions.get((topic, p.partition))
-    if part is None or part.leader_id != part.broker_id or p.current_leader_epoch not in (-1, part.leader_epoch):
+    if part is None or broker.logs.is_offline(topic, p.partition):
         return False
     plog = part.log
-    hw = plog.high_watermark
-    if p.fetch_offset != hw or plog.log_end_offset != hw or replica_id not in part.isr:
+    if p.sent != (plog.high_watermark, plog.last_stable_offset, plog.log_start_offset):
         return False
-    if p.sent != (hw, plog.last_stable_offset, plog.log_start_offset) or broker.logs.is_offline(topic, p.partition):
-        return False
-    follower = part.followers.get(replica_id)
-    if follower is None:
-        return False
-    if now is not None:  # what Partition.record_follower_fetch does for a follower at the log end
-        follower.leo = follower.leader_leo_at_last_fetch = hw
-        follower.last_caught_up_ms = follower.last_fetch_ms = now
-    return True
+    return part.note_quiet_fetch(replica_id, p.fetch_offset, p.current_leader_epoch, now)
 
 
 def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), wanted=None,
@@ -67,7 +58,7 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), 
     errors = False
     topics = []
     quiet = follower and incremental and not denied
-    now = now_ms()
+    now = now_ms() if quiet and first_pass else None
     for name, requested in wanted if wanted is not None else ((t.topic, t.partitions) for t in request.topics):
         info = broker.topics.get(name)
         partitions = []
@@ -80,7 +71,7 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), 
                 partitions.append(PartitionData(p.partition, ErrorCode.unknown_topic_or_partition.value))
                 errors = True
                 continue
-            if quiet and _quiet(broker, name, p, replica_id, now if first_pass else None):
+            if quiet and _quiet(broker, name, p, replica_id, now):
                 continue
             error, plog = broker.leader_log(name, p.partition, getattr(p, "current_leader_epoch", -1))
             if plog is None:
@@ -140,8 +131,7 @@ async def handle(broker, header, request):
             break
         await broker.wait_for_append(keys, remaining)
     for name, partitions in topics:
-        sent = sum(len(d.records) if isinstance(d.records, (bytes, bytearray)) else d.records.size
-                   for d in partitions)
+        sent = sum(records_size(d.records) for d in partitions)
         if sent:
             broker.metrics.fetched(name, sent, replica)
     topics = context.answer(topics)

@@ -41,6 +41,11 @@ class PartitionData:
     aborted: list = None  # [(producer id, first offset)] of aborted transactions (read_committed), or None
 
 
+def records_size(records) -> int:
+    """Bytes of a partition's records: ``bytes`` or a file region."""
+    return len(records) if isinstance(records, (bytes, bytearray)) else records.size
+
+
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode()
     if flexible:
@@ -79,7 +84,7 @@ def encode(version: int, correlation_id: int, topics: list[tuple[str, list[Parti
             if version >= 11:
                 head += _I32.pack(-1)  # preferred read replica: none
             records = p.records
-            size = len(records) if isinstance(records, (bytes, bytearray)) else records.size
+            size = records_size(records)
             head += write_uvarint(size + 1) if flexible else _I32.pack(size)
             if isinstance(records, (bytes, bytearray)):
                 head += records
