@@ -54,6 +54,21 @@ def cpu_cores(samples: list[dict], t0: float, t1: float) -> dict[str, float]:
     return dict(sorted(busy.items(), key=lambda kv: -kv[1]))
 
 
+def request_rates(samples: list[dict], t0: float, t1: float) -> dict[str, dict[str, float]]:
+    """Requests a second each datacenter's brokers answered between t0 and t1, by API (busiest first); runs
+    recorded before the samples had them give {}."""
+    out = {}
+    for dc in ("live", "offline"):
+        inside = [s for s in samples if t0 <= s["t"] <= t1 and s.get(f"{dc}_requests")]
+        if len(inside) < 2:
+            continue
+        a, b = inside[0][f"{dc}_requests"], inside[-1][f"{dc}_requests"]
+        span = inside[-1]["t"] - inside[0]["t"]
+        rates = {api: round((b[api] - a.get(api, 0.0)) / span, 1) for api in b}
+        out[dc] = dict(sorted(((k, v) for k, v in rates.items() if v > 0), key=lambda kv: -kv[1]))
+    return out
+
+
 def machine_cores(samples: list[dict], t0: float, t1: float) -> float | None:
     """Cores busy on the whole machine between t0 and t1 (every process, not only this run's)."""
     inside = [s for s in samples if t0 <= s["t"] <= t1 and s.get("machine_busy_s") is not None]
@@ -67,6 +82,7 @@ def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) ->
     out = {"name": step["name"], "rate": rate, "start": s0, "end": s1}
     out["cpu_cores"] = cpu_cores(samples, s0 + SETTLE_S, s1)
     out["machine_cores"] = machine_cores(samples, s0 + SETTLE_S, s1)
+    out["requests_per_s"] = request_rates(samples, s0 + SETTLE_S, s1)
     out["rates"] = {stage: rate_between(samples, stage, s0 + SETTLE_S, s1) for stage, _ in STAGES}
     sent = [s["producers"] for s in samples if s0 <= s["t"] <= s1]
     out["producer_sent_share"] = (round(out["rates"]["producers"] / rate, 3)

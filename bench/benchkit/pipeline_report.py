@@ -79,6 +79,16 @@ def table(results: dict) -> str:
             lines.append(f"| {s['rate']:,} | " + ", ".join(f"{n} {v:g}" for n, v in top[:8])
                          + f" | {sum(v for _, v in top):.2f} | {fmt(s.get('machine_cores'), '{:.2f}')} |")
         lines.append("")
+    if any(s.get("requests_per_s") for s in steps):
+        lines += ["Requests a second the brokers answered per step (each datacenter's three brokers together, by "
+                  "API, busiest first; the brokers' CPU follows these more than the message rate):", "",
+                  "| offered msg/s | live brokers | offline brokers |", "|---|---|---|"]
+        for s in steps:
+            r = s.get("requests_per_s") or {}
+            cells = [", ".join(f"{api} {v:,.0f}" for api, v in r.get(dc, {}).items() if v >= 0.5) or "–"
+                     for dc in ("live", "offline")]
+            lines.append(f"| {s['rate']:,} | " + " | ".join(cells) + " |")
+        lines.append("")
     d = results.get("drain") or {}
     lines += [f"After the producers stopped: the pipeline drained (every window 100% at live and offline, counters "
               f"equal to live's records, mirror lag 0) in {fmt(d.get('seconds'), '{:g}')} s; windows never seen "

@@ -11,6 +11,24 @@ from benchkit.pipeline_stages import PARTITIONS, TIERS, TOPIC
 from benchkit.topology_run import http_session
 
 
+def prom_by_label(http, urls: list[str], name: str, label: str) -> dict[str, float] | None:
+    """The samples of metric ``name`` on the /metrics pages ``urls``, summed by the value of ``label``; None if one
+    is unreachable."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for url in urls:
+        try:
+            text = http.get(url, timeout=3).text
+        except Exception:
+            return None
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and label in sample.labels:
+                    out[sample.labels[label]] = out.get(sample.labels[label], 0.0) + sample.value
+    return out
+
+
 def prom_values(http, urls: list[str], name: str, **labels) -> float | None:
     """The sum of the samples of metric ``name`` (labels matching) on the /metrics pages ``urls``; None if one is
     unreachable or none has it."""
@@ -94,6 +112,8 @@ class Sampler:
         for dc in TIERS:
             self.urls[f"{dc}_counter"] = [f"http://{metrics_address(s)}/metrics" for s in svcs
                                           if s.kind == "counter" and s.datacenter == dc and metrics_address(s)]
+            self.urls[f"{dc}_brokers"] = [f"http://{metrics_address(s)}/metrics" for s in svcs
+                                          if s.kind == "broker" and s.datacenter == dc and metrics_address(s)]
         port = topo["ports"]["broker"]
         self.watermarks = {dc: Watermarks(",".join(f"127.{net}.{o}.{i}:{port}" for i in (1, 2, 3)))
                            for dc, o in (("live", 1), ("offline", 2))}
@@ -146,6 +166,9 @@ class Sampler:
             row[f"{dc}_counter"] = prom_values(self.http, self.urls[f"{dc}_counter"],
                                                "logbus_audit_counter_records_total", topic=TOPIC)
         row["audit_rows"] = self.audit_rows(now)
+        for dc in TIERS:  # the brokers' requests answered by API (what their per-request CPU is spent on)
+            row[f"{dc}_requests"] = prom_by_label(self.http, self.urls[f"{dc}_brokers"],
+                                                  "kafka_network_requestmetrics_requests_total", "request")
         row["cpu"] = self.cpu.sample()
         import psutil
 

@@ -303,6 +303,10 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                 files={"consumer.properties": _props({"bootstrap.servers": remote[source],
                                                       "group.id": _mirror_group(dc, source, sources),
                                                       "session.timeout.ms": 10000,
+                                                      # a fetch waits for 256 KB or 100 ms: fewer, larger copy cycles,
+                                                      # so fewer produce requests (and follower fetches) offline
+                                                      "fetch.min.bytes": spec.get("mirror_fetch_min_bytes", 262144),
+                                                      "fetch.wait.max.ms": spec.get("mirror_fetch_wait_max_ms", 100),
                                                       **client(f"mirror-{dc}")}),
                        "producer.properties": _props({"bootstrap.servers": bootstrap[dc], **client(f"mirror-{dc}")})},
                 depends_on=broker_names + [f"{source}-broker{i}"

@@ -138,3 +138,22 @@ def test_a_cycle_stopped_early_keeps_each_partition_at_what_the_target_acknowled
     stream.source.connections[0] = SimpleNamespace(pending=True, receive=lambda: response)
     received = stream._receive_fetches(stream.prefetched)
     assert set(received) == {small}, "a fetch from past pv-0's acknowledged position would leave a gap"
+
+
+def test_the_fetch_waits_as_the_consumer_config_says():
+    """fetch.min.bytes and fetch.wait.max.ms (librdkafka's names, as the topology writes them) become the Fetch's
+    min_bytes and max_wait: a fetch waits for that many bytes or that long, so quiet traffic is copied in fewer,
+    larger cycles. Unset, librdkafka's defaults: 1 byte, 100 ms."""
+    m = FakeMirror(set())
+    m.consumer_config = {"fetch.min.bytes": "262144", "fetch.wait.max.ms": "100"}
+    stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
+    sent = []
+    stream.source = SimpleNamespace(get=lambda leader: SimpleNamespace(
+        send=lambda api, version, request: sent.append((leader, request))))
+    stream.source_leader = {KEY: 2}
+    assert stream._send_fetches({KEY: 5}) == [(2, {KEY: 5})]
+    (leader, request), = sent
+    assert (leader, request.min_bytes, request.max_wait.total_seconds()) == (2, 262144, 0.1)
+    assert request.topics[0].partitions[0].fetch_offset == 5
+    default = BatchStream(FakeMirror(set()), 0, backoff=None)
+    assert (default.fetch_min_bytes, default.fetch_wait_ms) == (1, 100)

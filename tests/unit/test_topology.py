@@ -35,7 +35,10 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     assert '"127.0.2.40:8090"' in scraped and "alerts.yml" in scraped
     assert svcs["live-broker1"].host == "127.0.1.1" and svcs["offline-broker3"].host == "127.0.2.3"
     assert "mode=READONLY" in svcs["offline-registry"].files["registry.properties"]
-    assert "127.0.1.1:9092" in svcs["offline-mirror-live"].files["consumer.properties"]
+    mirror_consumer = svcs["offline-mirror-live"].files["consumer.properties"]
+    assert "127.0.1.1:9092" in mirror_consumer
+    # the mirror's fetches wait for 256 KB or 100 ms (fewer copy cycles, so fewer requests offline)
+    assert "fetch.min.bytes=262144\n" in mirror_consumer and "fetch.wait.max.ms=100\n" in mirror_consumer
     assert svcs["offline-airflow"].env["LOGBUS_LOAD_CONFIG"] == "/tmp/logbus-state/offline-airflow/load.properties"
 
 
@@ -99,7 +102,9 @@ def test_one_zookeeper_node_runs_standalone_and_bad_counts_are_refused(tmp_path)
 
 def test_checked_in_compose_files_match_the_topology():
     assert check() == [], ("run: .venv/bin/logbus compose; .venv/bin/logbus compose --topology topology/secure.json "
-                           "--output docker-compose.secure.yml --config-dir docker/config-secure (then commit)")
+                           "--output docker-compose.secure.yml --config-dir docker/config-secure; .venv/bin/logbus compose "
+                           "--topology topology/three-dc.json --output docker-compose.three-dc.yml --config-dir "
+                           "docker/config-three-dc (then commit)")
     text, files = render(load())
     assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 17
 
