@@ -52,6 +52,8 @@ class AuditedProducer:
         self._producer = Producer(librdkafka_config(config))  # Kafka's Java security keys work too
         self._serializer = AvroSerializer(registry_client.client(registry_client.registry_conf(registry)), SCHEMA_STR)
         self._sequences: dict[str, int] = {}
+        self._host_header = (HOST_HEADER, self.host.encode())  # the same two headers on every record
+        self._producer_header = (PRODUCER_HEADER, self.producer_id.encode())
         self._windows: dict[str, _Window] = {}
 
     def __len__(self) -> int:
@@ -64,25 +66,24 @@ class AuditedProducer:
                 headers=None, **kwargs) -> None:
         now = timestamp or int(time.time() * 1000)
         seq = self._sequences.get(topic, 0)
-        audit_headers = [(HOST_HEADER, self.host.encode()), (PRODUCER_HEADER, self.producer_id.encode()),
-                         (SEQUENCE_HEADER, str(seq).encode()), (TIME_HEADER, str(now).encode())]
-        if isinstance(headers, dict):
-            headers = list(headers.items())
-        args = {"value": value, "key": key, "timestamp": now, "headers": list(headers or []) + audit_headers,
-                **kwargs}
+        audit_headers = [self._host_header, self._producer_header, (SEQUENCE_HEADER, str(seq).encode()),
+                         (TIME_HEADER, str(now).encode())]
+        if headers:
+            audit_headers = (list(headers.items()) if isinstance(headers, dict) else list(headers)) + audit_headers
         if partition is not None and partition >= 0:
-            args["partition"] = partition
+            kwargs["partition"] = partition
         if on_delivery is not None:
-            args["on_delivery"] = on_delivery
-        start, end = window_of(now, self.window_ms)
+            kwargs["on_delivery"] = on_delivery
         window = self._windows.get(topic)
-        if window is not None and window.start != start:
+        if window is not None and not window.start <= now < window.end:  # a record of another window
             self._publish(topic, window)  # may raise (a registry away): then nothing is sent or counted
             del self._windows[topic]
-        self._producer.produce(topic, **args)  # raises BufferError like Producer: nothing counted then
+            window = None
+        # raises BufferError like Producer: nothing counted then
+        self._producer.produce(topic, value=value, key=key, timestamp=now, headers=audit_headers, **kwargs)
         self._sequences[topic] = seq + 1
-        window = self._windows.get(topic)
         if window is None:
+            start, end = window_of(now, self.window_ms)
             window = self._windows[topic] = _Window(start, end, seq)
         window.count += 1
         window.last_seq = seq

@@ -280,6 +280,35 @@ def test_audited_producer_counts_nothing_when_the_window_event_cannot_be_seriali
     assert producer._windows["pv"].first_seq == 1
 
 
+def test_audited_producer_headers_partition_and_windows():
+    """What each record carries (the caller's headers first, then host, producer, sequence and time) and when a
+    window's event goes out: when a record of another window comes, earlier ones included."""
+    from audit.events import HOST_HEADER, PRODUCER_HEADER, SEQUENCE_HEADER, TIME_HEADER
+    from audit.producer import AuditedProducer
+
+    producer = AuditedProducer({"bootstrap.servers": NOWHERE, "schema.registry.url": "http://127.0.0.1:9",
+                                "audit.window.ms": 1000, "audit.host": "h1"})
+    sent = []
+    producer._producer = type("P", (), {"produce": lambda self, topic, *args, **kw: sent.append((topic, args, kw))})()
+    producer._serializer = lambda event, _ctx: repr(sorted(event.items())).encode()
+    audit = [(HOST_HEADER, b"h1"), (PRODUCER_HEADER, producer.producer_id.encode())]
+    producer.produce("pv", b"a", timestamp=1200, headers={"x": b"1"}, partition=2)
+    producer.produce("pv", b"bb", key=b"k", timestamp=1999, headers=[("y", b"2")], on_delivery=print)
+    producer.produce("pv", b"c", timestamp=900)  # an earlier window: window 1000's event first
+    assert [t for t, _, _ in sent] == ["pv", "pv", "_audit", "pv"]
+    first, second, event, third = (kw for _, _, kw in sent)
+    assert first == {"value": b"a", "key": None, "timestamp": 1200, "partition": 2,
+                     "headers": [("x", b"1"), *audit, (SEQUENCE_HEADER, b"0"), (TIME_HEADER, b"1200")]}
+    assert second == {"value": b"bb", "key": b"k", "timestamp": 1999, "on_delivery": print,
+                      "headers": [("y", b"2"), *audit, (SEQUENCE_HEADER, b"1"), (TIME_HEADER, b"1999")]}
+    assert "partition" not in second and third["headers"][-2:] == [(SEQUENCE_HEADER, b"2"), (TIME_HEADER, b"900")]
+    published = dict(eval(sent[2][1][0]))  # the serialized event of window [1000, 2000)
+    assert (published["window_start"], published["count"], published["bytes"], published["first_seq"],
+            published["last_seq"]) == (1000, 2, 3, 0, 1)
+    w = producer._windows["pv"]
+    assert (w.start, w.end, w.count, w.first_seq, w.last_seq, w.bytes) == (0, 1000, 1, 2, 2, 1)
+
+
 class AuditLog:
     """A fake audit cluster: produce appends to a partition and reports the offset, as librdkafka's delivery
     report does; ``visible`` bounds what a reader sees per partition (a restarted broker's high watermark)."""
