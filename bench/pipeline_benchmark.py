@@ -9,7 +9,7 @@ How it runs:
    Changed in the copy, nothing else: audit windows ``--window-ms`` (5 s) with grace ``--grace-ms`` (10 s) and the
    counters emitting every second (the default 60 s / 120 s windows would give one window per step), the demo
    frontends off (the offered rate is the ladder's alone), the load DAG's schedule off (the warehouse is measured
-   after the ladder, see 5).
+   after the ladder, see 5). ``--dc-setting DC.KEY=JSON`` changes more (for side-by-side runs of a setting).
 2. ``--producers`` producer processes (this file, ``--worker``) each run an ``AuditedProducer`` (the frontends'
    client: audit headers, per-window monitoring events to ``_audit``; ``acks=all``, idempotent, ``linger.ms=20``)
    sending Avro page views (the demo's schema, registered in the live registry; 512 distinct values serialized once
@@ -101,6 +101,13 @@ def run(args, out: Path, command: str) -> int:
     topo.update({"audit_window_ms": args.window_ms, "audit_grace_ms": args.grace_ms, "audit_emit_interval_ms": 1000,
                  "load_schedule": "none"})
     topo["datacenters"]["live"]["frontends"] = 0
+    for setting in args.dc_setting:  # e.g. offline.mirror_fetch_min_bytes=1 (a value in JSON)
+        where, _, value = setting.partition("=")
+        dc, _, key = where.partition(".")
+        if dc not in topo["datacenters"] or not key or not value:
+            raise SystemExit(f"pipeline_benchmark: --dc-setting wants DC.KEY=JSON with a datacenter of the topology, "
+                             f"not {setting!r}")
+        topo["datacenters"][dc][key] = json.loads(value)
     rates = [int(r) for r in args.rates.split(",")]
     results: dict = {"command": command, "outcome": "failed", "started": datetime.datetime.now().isoformat("T", "seconds"),
                      "settings": {"rates": rates, "step_seconds": args.step_seconds, "warmup_seconds": args.warmup,
@@ -260,6 +267,9 @@ def main() -> int:
     parser.add_argument("--grace-ms", type=int, default=10000)
     parser.add_argument("--sample-seconds", type=float, default=2)
     parser.add_argument("--drain-seconds", type=float, default=150, help="at most, after the producers stop")
+    parser.add_argument("--dc-setting", action="append", default=[], metavar="DC.KEY=JSON",
+                        help="set a datacenter's key in the topology copy (repeatable), e.g. "
+                             "offline.mirror_fetch_min_bytes=1")
     parser.add_argument("--keep-going", action="store_true", help="run every step, also after a failed one")
     parser.add_argument("--no-warehouse", action="store_true", help="skip the load at the end")
     parser.add_argument("--load-timeout", type=float, default=400)
