@@ -132,7 +132,7 @@ def judge_step(step: dict, samples: list[dict], windows: dict, grace_ms: int) ->
                        f"records ({out['mirror_lag_slope_second_half_per_s'] or 0:,.0f} records/s over the step's "
                        "second half)")
     if (out["producer_sent_share"] or 0) < RATE_TOLERANCE:
-        reasons.append(f"the producers sent {100 * (out['producer_sent_share'] or 0):.0f}% of the offered rate")
+        reasons.append(f"the producers sent {100 * (out['producer_sent_share'] or 0):.1f}% of the offered rate")
     out["why_not"] = reasons
     return out
 
