@@ -11,41 +11,40 @@ from benchkit.pipeline_stages import PARTITIONS, TIERS, TOPIC
 from benchkit.topology_run import http_session
 
 
-def prom_by_label(http, urls: list[str], name: str, label: str) -> dict[str, float] | None:
-    """The samples of metric ``name`` on the /metrics pages ``urls``, summed by the value of ``label``; None if one
-    is unreachable."""
+def prom_samples(http, urls: list[str], name: str) -> list | None:
+    """Every sample of metric ``name`` on the /metrics pages ``urls``; None if one is unreachable."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: dict[str, float] = {}
+    out = []
     for url in urls:
         try:
             text = http.get(url, timeout=3).text
         except Exception:
             return None
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and label in sample.labels:
-                    out[sample.labels[label]] = out.get(sample.labels[label], 0.0) + sample.value
+        out += [sample for family in text_string_to_metric_families(text) for sample in family.samples
+                if sample.name == name]
+    return out
+
+
+def prom_by_label(http, urls: list[str], name: str, label: str) -> dict[str, float] | None:
+    """The samples of metric ``name`` on the /metrics pages ``urls``, summed by the value of ``label``; None if one
+    is unreachable."""
+    samples = prom_samples(http, urls, name)
+    if samples is None:
+        return None
+    out: dict[str, float] = {}
+    for sample in samples:
+        if label in sample.labels:
+            out[sample.labels[label]] = out.get(sample.labels[label], 0.0) + sample.value
     return out
 
 
 def prom_values(http, urls: list[str], name: str, **labels) -> float | None:
     """The sum of the samples of metric ``name`` (labels matching) on the /metrics pages ``urls``; None if one is
     unreachable or none has it."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total, seen = 0.0, False
-    for url in urls:
-        try:
-            text = http.get(url, timeout=3).text
-        except Exception:
-            return None
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    total += sample.value
-                    seen = True
-    return total if seen else None
+    samples = prom_samples(http, urls, name)
+    matching = [s.value for s in samples or () if all(s.labels.get(k) == v for k, v in labels.items())]
+    return sum(matching) if matching else None
 
 
 class Watermarks:
