@@ -6,9 +6,11 @@ and ``AuditedProducer.produce`` as it was at ``--before`` (the module's source f
 name; everything it imports is this tree's). Each call produces a 200-byte value to one topic with a partition
 given, as the pipeline benchmark's workers do, into a producer whose bootstrap server does not answer: librdkafka
 only queues, so the figure is the Python call, not the network. The audit window is an hour, so no monitoring
-event is published while measuring. Variants alternate round by round; cells are the median of the rounds.
+event is published while measuring. Each round runs every variant once, the order rotated from round to round;
+cells are the median of the rounds, and the before/after ratio is also given round by round (pairs of the same
+round).
 
-Usage: .venv/bin/python bench/audited_producer_cost.py [--before a418fe3] [--messages 200000] [--rounds 7]
+Usage: .venv/bin/python bench/audited_producer_cost.py [--before a418fe3] [--messages 200000] [--rounds 12]
        [--out bench/results]
 Results: <out>/audited_producer_cost.{json,md}
 """
@@ -76,7 +78,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="a418fe3")
     parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = parser.parse_args()
     from confluent_kafka import Producer
@@ -92,18 +94,22 @@ def main() -> int:
         for producer in variants.values():  # warm-up
             per_call_us(producer, 20_000)
         runs = {name: [] for name in variants}
-        for _ in range(args.rounds):
-            for name, producer in variants.items():
-                runs[name].append(round(per_call_us(producer, args.messages), 3))
+        names = list(variants)
+        for i in range(args.rounds):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                runs[name].append(round(per_call_us(variants[name], args.messages), 3))
     medians = {name: statistics.median(v) for name, v in runs.items()}
     plain = medians["Producer.produce (no audit)"]
-    names = list(variants)
+    pairs = [after / before for before, after in zip(runs[names[2]], runs[names[3]])]
     command = " ".join([".venv/bin/python bench/audited_producer_cost.py", *sys.argv[1:]])
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "platform", "bench"],
+                                capture_output=True, text=True).stdout.strip())
     lines = ["# What the audit adds to a producer's produce call (issue 20)", "",
-             f"Command: `{command}`; this tree: commit {head} and the working tree. {args.messages:,} calls of a "
-             f"200-byte value per round, {args.rounds} rounds, variants alternating; µs per call, median "
+             f"Command: `{command}`; this tree: commit {head}{' with uncommitted changes' if dirty else ''}. "
+             f"{args.messages:,} calls of a 200-byte value per round, {args.rounds} rounds, the variants' order "
+             "rotated from round to round; µs per call, median "
              "[min–max] of the rounds. Method: the docstring of `bench/audited_producer_cost.py`.", "",
              "| variant | µs per call | audit's cost over the plain call, µs |", "|---|---|---|"]
     for name in names:
@@ -114,12 +120,15 @@ def main() -> int:
     lines += ["", f"The audit's own cost per call, this tree against {args.before}: {new:.2f} against {old:.2f} µs "
               f"({new / old:.2f}x); the whole call {medians[names[3]] / medians[names[2]]:.2f}x. The second row is what librdkafka "
               "itself takes for the headers and timestamp, so the wrappers' own Python is the difference to it: "
-              f"{medians[names[3]] - medians[names[1]]:.2f} µs now, {medians[names[2]] - medians[names[1]]:.2f} before.", ""]
+              f"{medians[names[3]] - medians[names[1]]:.2f} µs now, {medians[names[2]] - medians[names[1]]:.2f} before.",
+              "", f"This tree's call over {args.before}'s, round by round: "
+              + ", ".join(f"{p:.2f}x" for p in pairs) + f" (median {statistics.median(pairs):.2f}x; "
+              f"{sum(p < 1 for p in pairs)} of {len(pairs)} rounds below 1).", ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "audited_producer_cost.md").write_text("\n".join(lines))
     (out / "audited_producer_cost.json").write_text(json.dumps(
-        {"command": command, "commit": head, "messages": args.messages, "runs_us": runs, "median_us": medians},
+        {"command": command, "commit": head, "uncommitted": dirty, "pairs": pairs, "messages": args.messages, "runs_us": runs, "median_us": medians},
         indent=1) + "\n")
     print("\n".join(lines))
     return 0

@@ -85,7 +85,8 @@ def table(results: dict) -> str:
                   "| offered msg/s | live brokers | offline brokers |", "|---|---|---|"]
         for s in steps:
             r = s.get("requests_per_s") or {}
-            cells = [", ".join(f"{api} {v:,.0f}" for api, v in r.get(dc, {}).items() if v >= 0.5) or "–"
+            cells = [", ".join(f"{api} {v:,.0f}" if v >= 1 else f"{api} {v:.1f}" for api, v in r.get(dc, {}).items()
+                               if v >= 0.1) or "–"
                      for dc in ("live", "offline")]
             lines.append(f"| {s['rate']:,} | " + " | ".join(cells) + " |")
         lines.append("")

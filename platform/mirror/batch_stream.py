@@ -64,7 +64,10 @@ class BatchStream:
         # that a crash makes the next run copy again
         self.partition_fetch_bytes = int(conf.get("max.partition.fetch.bytes", 1 << 20))
         self.fetch_max_bytes = int(conf.get("fetch.max.bytes", 50 << 20))
-        self.fetch_min_bytes = int(conf.get("fetch.min.bytes", 1))
+        # at most what one partition's answer can hold: a leader of a single partition could never reach more, and
+        # every fetch would wait out fetch.wait.max.ms even with a backlog
+        self.fetch_min_bytes = min(int(conf.get("fetch.min.bytes", 1)), self.partition_fetch_bytes,
+                                   self.fetch_max_bytes)
         self.fetch_wait_ms = int(conf.get("fetch.wait.max.ms", 100))
         # target batches no larger than a partition's fetch share: offsets are committed after each produce round,
         # so a crash re-copies at most about this much per partition even when the source's batches are larger

@@ -143,7 +143,8 @@ def test_a_cycle_stopped_early_keeps_each_partition_at_what_the_target_acknowled
 def test_the_fetch_waits_as_the_consumer_config_says():
     """fetch.min.bytes and fetch.wait.max.ms (librdkafka's names, as the topology writes them) become the Fetch's
     min_bytes and max_wait: a fetch waits for that many bytes or that long, so quiet traffic is copied in fewer,
-    larger cycles. Unset, librdkafka's defaults: 1 byte, 100 ms."""
+    larger cycles. Unset: 1 byte (librdkafka's default) and 100 ms (this path's own; librdkafka's is 500). The
+    minimum is capped at what one partition's answer can hold, else a leader of one partition never reaches it."""
     m = FakeMirror(set())
     m.consumer_config = {"fetch.min.bytes": "262144", "fetch.wait.max.ms": "100"}
     stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
@@ -157,3 +158,6 @@ def test_the_fetch_waits_as_the_consumer_config_says():
     assert request.topics[0].partitions[0].fetch_offset == 5
     default = BatchStream(FakeMirror(set()), 0, backoff=None)
     assert (default.fetch_min_bytes, default.fetch_wait_ms) == (1, 100)
+    capped = FakeMirror(set())
+    capped.consumer_config = {"fetch.min.bytes": 262144, "max.partition.fetch.bytes": 65536}
+    assert BatchStream(capped, 0, backoff=None).fetch_min_bytes == 65536

@@ -76,6 +76,8 @@ def test_each_service_has_its_own_principal_and_only_what_it_needs():
 def test_clients_are_configured_for_their_principal(tmp_path):
     svcs = by_name(tmp_path)
     assert 'username="mirror-offline"' in svcs["offline-mirror-live"].files["consumer.properties"]
+    # librdkafka's record path (secured clusters) keeps librdkafka's fetch defaults: no wait for 256 KB there
+    assert "fetch.min.bytes" not in svcs["offline-mirror-live"].files["consumer.properties"]
     assert "schema.registry.basic.auth.user.info=counter-live:${file:" in \
         svcs["live-audit-counter"].files["consumer.properties"]
     assert svcs["live-frontend1"].argv[-2:] == ["--command-config", f"{tmp_path / 'live-frontend1'}/client.properties"]

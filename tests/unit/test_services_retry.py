@@ -4,6 +4,7 @@ integration tests run the same services against real brokers."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -290,7 +291,7 @@ def test_audited_producer_headers_partition_and_windows():
                                 "audit.window.ms": 1000, "audit.host": "h1"})
     sent = []
     producer._producer = type("P", (), {"produce": lambda self, topic, *args, **kw: sent.append((topic, args, kw))})()
-    producer._serializer = lambda event, _ctx: repr(sorted(event.items())).encode()
+    producer._serializer = lambda event, _ctx: json.dumps(event).encode()
     audit = [(HOST_HEADER, b"h1"), (PRODUCER_HEADER, producer.producer_id.encode())]
     producer.produce("pv", b"a", timestamp=1200, headers={"x": b"1"}, partition=2)
     producer.produce("pv", b"bb", key=b"k", timestamp=1999, headers=[("y", b"2")], on_delivery=print)
@@ -302,7 +303,7 @@ def test_audited_producer_headers_partition_and_windows():
     assert second == {"value": b"bb", "key": b"k", "timestamp": 1999, "on_delivery": print,
                       "headers": [("y", b"2"), *audit, (SEQUENCE_HEADER, b"1"), (TIME_HEADER, b"1999")]}
     assert "partition" not in second and third["headers"][-2:] == [(SEQUENCE_HEADER, b"2"), (TIME_HEADER, b"900")]
-    published = dict(eval(sent[2][1][0]))  # the serialized event of window [1000, 2000)
+    published = json.loads(sent[2][1][0])  # the serialized event of window [1000, 2000)
     assert (published["window_start"], published["count"], published["bytes"], published["first_seq"],
             published["last_seq"]) == (1000, 2, 3, 0, 1)
     w = producer._windows["pv"]

@@ -39,6 +39,11 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     assert "127.0.1.1:9092" in mirror_consumer
     # the mirror's fetches wait for 256 KB or 100 ms (fewer copy cycles, so fewer requests offline)
     assert "fetch.min.bytes=262144\n" in mirror_consumer and "fetch.wait.max.ms=100\n" in mirror_consumer
+    topo = load()
+    topo["datacenters"]["offline"].update(mirror_fetch_min_bytes=1, mirror_fetch_wait_max_ms=50)
+    tuned = {s.name: s for s in services(topo, "local", "/tmp/logbus-state")}["offline-mirror-live"]
+    assert "fetch.min.bytes=1\n" in tuned.files["consumer.properties"]
+    assert "fetch.wait.max.ms=50\n" in tuned.files["consumer.properties"]
     assert svcs["offline-airflow"].env["LOGBUS_LOAD_CONFIG"] == "/tmp/logbus-state/offline-airflow/load.properties"
 
 
