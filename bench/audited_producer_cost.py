@@ -104,8 +104,8 @@ def main() -> int:
     command = " ".join([".venv/bin/python bench/audited_producer_cost.py", *sys.argv[1:]])
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "platform", "bench"],
-                                capture_output=True, text=True).stdout.strip())
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "platform", "bench",
+                                 ":!bench/results"], capture_output=True, text=True).stdout.strip())
     lines = ["# What the audit adds to a producer's produce call (issue 20)", "",
              f"Command: `{command}`; this tree: commit {head}{' with uncommitted changes' if dirty else ''}. "
              f"{args.messages:,} calls of a 200-byte value per round, {args.rounds} rounds, the variants' order "
