@@ -176,7 +176,7 @@ def scaling(args) -> int:
 
 
 def run_mode(args, flags: list[str], mode: str, processes: int = 1) -> dict:
-    exactly_once = mode == "exactly-once"
+    exactly_once = mode.startswith("exactly-once")
     results: dict = {}
     txn = {"transaction_state_log_replication_factor": 1, "transaction_state_log_min_isr": 1,
            "transaction_state_log_num_partitions": 5}
