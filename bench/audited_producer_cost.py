@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "platform")]
 
+from audit.events import HOST_HEADER, PRODUCER_HEADER, SEQUENCE_HEADER, TIME_HEADER  # noqa: E402
+
 CONF = {"bootstrap.servers": "127.0.0.1:9", "queue.buffering.max.messages": 10_000_000,
         "queue.buffering.max.kbytes": 2_000_000, "linger.ms": 20, "message.timeout.ms": 600_000, "log_level": 0}
 AUDIT = {"schema.registry.url": "http://127.0.0.1:9", "audit.window.ms": 3_600_000, "audit.host": "bench-host"}
@@ -57,9 +59,8 @@ class WithHeaders:
     def produce(self, topic, value, partition):
         now = int(time.time() * 1000)
         self._producer.produce(topic, value, partition=partition, timestamp=now,
-                               headers=[("logbus.audit.host", b"bench-host"), ("logbus.audit.producer", b"0" * 32),
-                                        ("logbus.audit.seq", str(partition).encode()),
-                                        ("logbus.audit.time", str(now).encode())])
+                               headers=[(HOST_HEADER, b"bench-host"), (PRODUCER_HEADER, b"0" * 32),
+                                        (SEQUENCE_HEADER, str(partition).encode()), (TIME_HEADER, str(now).encode())])
 
 
 def per_call_us(producer, messages: int) -> float:

@@ -33,19 +33,20 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "platform")]
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support import BrokerProcess, ZooKeeperProcess, terminate, wait_until  # noqa: E402
+from logbus.topology import mirror_fetch_wait  # noqa: E402
 
 SIZE = 200
 
 
 MODES = {"at-least-once": [], "interpreted": [], "records": ["--copy", "records"], "exactly-once": ["--exactly-once"],
          "exactly-once-wait": ["--exactly-once"]}
-# the topologies' mirror fetch settings (logbus.topology.mirror_fetch_wait): a fetch waits for 256 KB or 100 ms
-MODE_CONSUMER = {"exactly-once-wait": {"fetch.min.bytes": 262144, "fetch.wait.max.ms": 100}}
+# the topologies' mirror fetch settings: a fetch waits for 256 KB or 100 ms
+MODE_CONSUMER = {"exactly-once-wait": mirror_fetch_wait({})}
 MODE_ENV = {"interpreted": {"LOGBUS_JIT": "0"}}  # the whole-batch rewrite in Python, not compiled with numba
 MODE_TITLES = {"at-least-once": "at-least-once, whole batches (default)",
                "interpreted": "at-least-once, whole batches, `LOGBUS_JIT=0` (the rewrite in Python)",
