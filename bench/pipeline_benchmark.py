@@ -95,6 +95,7 @@ def healthy_status(state: Path) -> dict | None:
 def run(args, out: Path, command: str) -> int:
     from support import wait_until
     from topology_checks import fresh_loopback
+    from logbus.topology import TopologyError, check_keys
 
     topo = json.loads((REPO / "topology" / "default.json").read_text())
     net = fresh_loopback(topo)
@@ -108,6 +109,10 @@ def run(args, out: Path, command: str) -> int:
             raise SystemExit(f"pipeline_benchmark: --dc-setting wants DC.KEY=JSON with a datacenter of the topology, "
                              f"not {setting!r}")
         topo["datacenters"][dc][key] = json.loads(value)
+    try:
+        check_keys(topo)  # a misspelt --dc-setting key is refused here, not run as the default
+    except TopologyError as exc:
+        raise SystemExit(f"pipeline_benchmark: {exc}") from None
     rates = [int(r) for r in args.rates.split(",")]
     results: dict = {"command": command, "outcome": "failed", "started": datetime.datetime.now().isoformat("T", "seconds"),
                      "settings": {"rates": rates, "step_seconds": args.step_seconds, "warmup_seconds": args.warmup,

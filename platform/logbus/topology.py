@@ -45,6 +45,30 @@ class TopologyError(ValueError):
     pass
 
 
+# the keys a topology may set, at the top and in a datacenter: any other is refused (a misspelt key would
+# otherwise leave its default in place without a word)
+TOP_KEYS = frozenset({"name", "audit_window_ms", "audit_grace_ms", "audit_emit_interval_ms", "load_schedule", "demo",
+                      "ports", "published", "datacenters", "security", "log_format"})
+DATACENTER_KEYS = frozenset({
+    "network", "wan_network", "zookeeper", "brokers", "partitions", "broker_config",
+    "registry", "registry_instances", "counter", "frontends", "audit_service", "prometheus",
+    "mirror_from", "mirror_exactly_once", "mirror_transaction_interval_ms", "mirror_fetch_min_bytes",
+    "mirror_fetch_wait_max_ms",
+    "airflow", "airflow_database", "spark_workers", "spark_master", "spark_worker_cores", "spark_worker_memory"})
+
+
+def check_keys(topo: dict) -> None:
+    """:class:`TopologyError` naming the first key the topology does not know, at the top or in a datacenter."""
+    unknown = sorted(set(topo) - TOP_KEYS)
+    if unknown:
+        raise TopologyError(f"unknown topology key {unknown[0]!r} (known: {', '.join(sorted(TOP_KEYS))})")
+    for dc, spec in topo["datacenters"].items():
+        unknown = sorted(set(spec) - DATACENTER_KEYS)
+        if unknown:
+            raise TopologyError(f"{dc}: unknown datacenter key {unknown[0]!r} "
+                                f"(known: {', '.join(sorted(DATACENTER_KEYS))})")
+
+
 @dataclass
 class Service:
     name: str
@@ -180,6 +204,7 @@ def _props(values: dict) -> str:
 def services(topo: dict, target: str = "local", state_dir: Path | None = None) -> list[Service]:
     if target not in ("local", "compose"):
         raise TopologyError(f"unknown target {target!r}")
+    check_keys(topo)
     n = _Names(topo, target, state_dir)
     out: list[Service] = []
     dcs = topo["datacenters"]

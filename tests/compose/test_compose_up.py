@@ -30,7 +30,7 @@ Three checks are made after the whole journey and teardown, so that one finding 
 service crashed (was restarted by Docker) before the faults were injected; the loads' report marks no window "lost"
 at the warehouse that closed (end + grace) after the run's plan task started (the load cannot hold it yet: it is
 "pending" there); and the Airflow container keeps no zombie processes (the Spark JVMs of finished tasks, orphaned to
-the container's PID 1, must be reaped).
+the container's PID 1, must be reaped; a zombie counts when it is still there, same pid and parent, 15 s later).
 
 Prints the figures recorded in bench/results/compose.md: image size, time from ``up -d`` to all healthy (and per
 service), memory of the running stack from ``docker stats`` (total and per service)."""
@@ -93,6 +93,26 @@ def free_block(count: int, host: str = "127.0.0.1") -> int:
                 s.close()
     raise RuntimeError(f"no {count} consecutive free ports on {host}")
 
+
+
+def zombie_lines(stack, service: str) -> dict[str, str]:
+    """The container's zombie processes now: ``{"pid ppid": ps line}``."""
+    out = stack.exec(service, "ps", "-eo", "pid=,ppid=,stat=,comm=")
+    return {" ".join(line.split()[:2]): line.strip() for line in out.stdout.splitlines()
+            if line.split()[2].startswith("Z")}
+
+
+def lasting_zombies(stack, service: str, settle_s: float = 15.0) -> list[str]:
+    """Zombies that are still there, same pid and parent, ``settle_s`` later: leaks, not a child that exited a
+    moment ago and that its parent (an Airflow process that waits for its children in its own loop) has yet to
+    reap."""
+    first = zombie_lines(stack, service)
+    if not first:
+        return []
+    print(f"zombie processes in {service} (checked again in {settle_s:.0f} s): {sorted(first.values())}")
+    time.sleep(settle_s)
+    later = zombie_lines(stack, service)
+    return sorted(later[key] for key in first.keys() & later.keys())
 
 class Stack:
     """One docker-compose project: the compose file and config dir under ``directory``, its own project name."""
@@ -335,8 +355,7 @@ def test_compose_up(tmp_path):
         figures["stats"] = stack.stats()
         print_stats("demo traffic, after a logbus_load run", figures["stats"])
 
-        out = stack.exec("offline-airflow", "ps", "-eo", "pid=,ppid=,stat=,comm=")
-        zombies = [line.strip() for line in out.stdout.splitlines() if line.split()[2].startswith("Z")]
+        zombies = lasting_zombies(stack, "offline-airflow")
         if zombies:
             print(f"zombie processes in the offline-airflow container after the DAG runs: {zombies}")
 

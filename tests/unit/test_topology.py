@@ -126,6 +126,14 @@ def test_bad_topologies_are_refused(tmp_path):
     bad.write_text(json.dumps({"datacenters": {}}))
     with pytest.raises(TopologyError, match="missing 'ports'"):
         load(bad)
+    topo = load()
+    topo["datacenters"]["offline"]["mirror_exactly_onse"] = True  # misspelt: refused, not left at its default
+    with pytest.raises(TopologyError, match="offline: unknown datacenter key 'mirror_exactly_onse'"):
+        services(topo, "compose")
+    topo = load()
+    topo["audit_windows_ms"] = 1000
+    with pytest.raises(TopologyError, match="unknown topology key 'audit_windows_ms'"):
+        services(topo, "local", tmp_path)
 
 
 def test_compose_publishes_every_host_port_once_and_brokers_have_an_external_listener(tmp_path):
