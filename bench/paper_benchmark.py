@@ -13,7 +13,9 @@ Per request (issue 20): the logbus broker serves Prometheus metrics, and every p
 request counter before and after, so the table shows how many messages each request carried (batch 1 must be
 one: one request per message, as the paper's unbatched producer) and the broker's CPU per request. kcat also
 produces the same messages with librdkafka's batching on one partition (its C producer costs no Python per
-message, so the broker is what is measured).
+message, so the broker is what is measured). kcat consumes both topics twice: as installed, then with jemalloc
+preloaded as its allocator (the same binary; glibc's malloc locks an arena when kcat's main thread frees a message
+that librdkafka's fetch thread allocated, and that, not the broker, bounded kcat's consume here).
 
 Usage: .venv/bin/python bench/paper_benchmark.py [--messages 2000000] [--runs 3] [--latency-rate 2000]
        [--latency-seconds 10] [--systems logbus,rabbitmq,activemq] [--out bench/results]
@@ -89,6 +91,11 @@ def run_logbus(work: Path, args: argparse.Namespace) -> dict:
         # where the batch-50 topic above has 20,000 batches of 50 per million messages
         out["consumer_kcat_batched"] = logbus_side.consume_kcat(broker, "bench-kcat", args.messages, SIZE)
         log("logbus", "consumer_kcat_batched", out["consumer_kcat_batched"])
+        # the same two kcat consumers with jemalloc as kcat's allocator (the client's malloc, not the broker)
+        for topic, phase in (("bench-batch50", "consumer_kcat_jemalloc"),
+                             ("bench-kcat", "consumer_kcat_batched_jemalloc")):
+            out[phase] = logbus_side.consume_kcat(broker, topic, args.messages, SIZE, env=logbus_side.JEMALLOC_ENV)
+            log("logbus", phase, out[phase])
         out["latency"] = logbus_side.latency(broker, "bench-latency", args.latency_rate, args.latency_seconds, SIZE)
         log("logbus", "latency", out["latency"])
     finally:

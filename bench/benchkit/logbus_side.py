@@ -19,11 +19,16 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from support import BrokerProcess  # tests/support.py
 
 from benchkit.machine import allocated_bytes, self_cpu, tree_cpu
+from benchkit.peers import JEMALLOC
 
 RUNS = {"batch1": {"batch.num.messages": 1, "linger.ms": 0},
         "batch50": {"batch.num.messages": 50, "linger.ms": 5},
         "default": {}}
 FETCH_200KB = {"fetch.max.bytes": 204800, "max.partition.fetch.bytes": 204800, "message.max.bytes": 204800}
+# kcat with jemalloc instead of glibc's malloc: librdkafka's fetch thread allocates every message and kcat's main
+# thread frees it, and glibc's arenas take a lock for a free from another thread (a futex wait and wake-up when
+# they collide); jemalloc's per-thread caches do not (Debian's libjemalloc2, preloaded; the kcat binary unchanged)
+JEMALLOC_ENV = {"LD_PRELOAD": JEMALLOC}
 
 
 def high_watermark(bootstrap: str, topic: str) -> int:
@@ -136,14 +141,15 @@ def consume(broker: BrokerProcess, topic: str, count: int, size: int) -> dict:
                    samples)
 
 
-def consume_kcat(broker: BrokerProcess, topic: str, count: int, size: int) -> dict:
-    """The same pull with kcat (Debian's build links an older librdkafka, without fetch.queue.backoff.ms)."""
+def consume_kcat(broker: BrokerProcess, topic: str, count: int, size: int, env: dict | None = None) -> dict:
+    """The same pull with kcat (Debian's build links an older librdkafka, without fetch.queue.backoff.ms);
+    ``env``: more environment for kcat (:data:`JEMALLOC_ENV`)."""
     cmd = ["kcat", "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "1", "-c", str(count), "-q", "-f", "",
            *(x for k, v in FETCH_200KB.items() for x in ("-X", f"{k}={v}")), "-X", "queued.min.messages=1000000"]
     broker_cpu0 = tree_cpu(broker.proc.pid)
     before = os.times()
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, timeout=600, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, timeout=600, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     elapsed = time.perf_counter() - start
     after = os.times()
     client = after.children_user + after.children_system - before.children_user - before.children_system

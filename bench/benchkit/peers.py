@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sysconfig
 from pathlib import Path
 
 from support import free_port, wait_for_port  # tests/support.py
@@ -25,11 +26,15 @@ from support import free_port, wait_for_port  # tests/support.py
 from benchkit.machine import run_client, tree_cpu
 
 BENCH = Path(__file__).resolve().parent.parent
-PACKAGES = ["rabbitmq-server", "activemq", "librabbitmq-client-java", "iperf3", "kcat", "default-jdk-headless"]
+PACKAGES = ["rabbitmq-server", "activemq", "librabbitmq-client-java", "iperf3", "kcat", "default-jdk-headless",
+            "libjemalloc2"]
+# jemalloc, for kcat runs with another allocator than glibc's (benchkit.logbus_side.JEMALLOC_ENV)
+JEMALLOC = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH') or 'x86_64-linux-gnu'}/libjemalloc.so.2"
 NEEDED = {"/usr/lib/rabbitmq/bin/rabbitmq-server": "rabbitmq-server",
           "/usr/share/activemq/bin/activemq.jar": "activemq",
           "/usr/share/java/amqp-client.jar": "librabbitmq-client-java",
-          "/usr/bin/iperf3": "iperf3", "/usr/bin/kcat": "kcat", "/usr/bin/javac": "default-jdk-headless"}
+          "/usr/bin/iperf3": "iperf3", "/usr/bin/kcat": "kcat", "/usr/bin/javac": "default-jdk-headless",
+          JEMALLOC: "libjemalloc2"}
 CLASSPATH = ["/usr/share/java/amqp-client.jar", "/usr/share/java/slf4j-api.jar", "/usr/share/activemq/lib/*"]
 
 

@@ -89,6 +89,11 @@ def write(results: dict, out: Path) -> None:
     if lb("consumer_kcat_batched", "msg_per_s"):  # results before this row existed do not have it
         row("Consumer, msg/s (logbus: kcat, of the kcat producer's topic: librdkafka's batches)",
             lb("consumer_kcat_batched", "msg_per_s"), "consumer", "msg_per_s", PAPER["consumer"])
+    if lb("consumer_kcat_jemalloc", "msg_per_s"):  # kcat with jemalloc (LD_PRELOAD): the client's allocator
+        row("Consumer, msg/s (logbus: kcat with jemalloc as its allocator)", lb("consumer_kcat_jemalloc", "msg_per_s"),
+            "consumer", "msg_per_s", PAPER["consumer"])
+        row("Consumer, msg/s (logbus: kcat with jemalloc, of the kcat producer's topic)",
+            lb("consumer_kcat_batched_jemalloc", "msg_per_s"), "consumer", "msg_per_s", PAPER["consumer"])
     row("Bytes on disk per 200-byte message, batch 1", lb("producer_batch1", "disk_bytes_per_msg"), "producer",
         "disk_bytes_per_msg", None, "{:.1f}")
     row("Bytes on disk per 200-byte message, batch 50", lb("producer_batch50", "disk_bytes_per_msg"), "producer",
@@ -135,6 +140,10 @@ def write(results: dict, out: Path) -> None:
          "{:,.0f}"),
         ("consume with kcat ≥ 4,000,000 msg/s (the kcat producer's topic)", lb("consumer_kcat_batched", "msg_per_s"),
          4_000_000, "{:,.0f}"),
+        ("consume with kcat, jemalloc as its allocator, ≥ 4,000,000 msg/s (the batch-50 topic)",
+         lb("consumer_kcat_jemalloc", "msg_per_s"), 4_000_000, "{:,.0f}"),
+        ("consume with kcat, jemalloc as its allocator, ≥ 4,000,000 msg/s (the kcat producer's topic)",
+         lb("consumer_kcat_batched_jemalloc", "msg_per_s"), 4_000_000, "{:,.0f}"),
     ]
     lines += ["", "## Issue 20's broker goals in this run (medians)", "", "| goal | measured | met |", "|---|---|---|"]
     for label, vals, target, fmt in goals:
@@ -155,6 +164,8 @@ def write(results: dict, out: Path) -> None:
               ("logbus", "producer_default", "producer, default batching"), ("logbus", "producer_kcat", "producer (kcat)"),
               ("logbus", "consumer", "consumer (confluent-kafka)"), ("logbus", "consumer_kcat", "consumer (kcat)"),
               ("logbus", "consumer_kcat_batched", "consumer (kcat, the kcat producer's topic)"),
+              ("logbus", "consumer_kcat_jemalloc", "consumer (kcat with jemalloc)"),
+              ("logbus", "consumer_kcat_batched_jemalloc", "consumer (kcat with jemalloc, the kcat producer's topic)"),
               ("rabbitmq", "producer", "producer"), ("rabbitmq", "consumer", "consumer"),
               ("activemq", "producer", "producer"), ("activemq", "consumer", "consumer")]
     for system, phase, label in phases:
