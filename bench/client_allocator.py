@@ -20,7 +20,6 @@ Results: <out>/client_allocator.{json,md,png}
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,6 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
+
+from benchkit import rounds_cli  # noqa: E402
 
 # found by the dynamic linker's search wherever the architecture keeps its libraries (Debian: libjemalloc2)
 ALLOCATORS = {"glibc": {}, "jemalloc": {"LD_PRELOAD": "libjemalloc.so.2"}}
@@ -140,21 +141,7 @@ def main() -> int:
         bootstrap, topic, pid, log_dir, count = sys.argv[2:7]
         child(bootstrap, topic, int(pid), log_dir, int(count))
         return 0
-    p = argparse.ArgumentParser()
-    p.add_argument("--messages", type=int, default=1_000_000)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "client_allocator")
-    p.add_argument("--report-only", action="store_true", help="rewrite the .md and .png from the .json")
-    args = p.parse_args()
-    args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.report_only:
-        results = json.loads((args.out / "client_allocator.json").read_text())
-    else:
-        results = measure(args)
-        (args.out / "client_allocator.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_report(results, args.out)
-    return 0
+    return rounds_cli.run("client_allocator", measure, write_report)
 
 
 if __name__ == "__main__":

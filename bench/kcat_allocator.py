@@ -24,8 +24,6 @@ Results: <out>/kcat_allocator.{json,md,png}
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -38,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
-from benchkit import logbus_side, perf  # noqa: E402
+from benchkit import logbus_side, perf, rounds_cli  # noqa: E402
 from kcat_consume_cycle import kcat_command  # noqa: E402
 from paper_benchmark import SIZE, produce_kcat  # noqa: E402
 from request_cost import start_broker  # noqa: E402
@@ -181,21 +179,7 @@ def plot(results: dict, out: Path) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--messages", type=int, default=1_000_000)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kcat_allocator")
-    p.add_argument("--report-only", action="store_true", help="rewrite the .md and .png from the .json")
-    args = p.parse_args()
-    args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.report_only:
-        results = json.loads((args.out / "kcat_allocator.json").read_text())
-    else:
-        results = measure(args)
-        (args.out / "kcat_allocator.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_report(results, args.out)
-    return 0
+    return rounds_cli.run("kcat_allocator", measure, write_report)
 
 
 if __name__ == "__main__":
