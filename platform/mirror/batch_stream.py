@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from broker.protocol import produce_request
 from broker.protocol.messages import ErrorCode
 from mirror.batches import MAX_BATCH_BYTES, Provenance, copy_fetched
-from mirror.mirror import source_event
+from mirror.mirror import source_event, stoppable
 from mirror.wire import FETCH, FETCH_VERSION, Pool, read_committed_fetches, receive_each
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,8 @@ class BatchStream:
             key = (tp.topic, tp.partition)
             offset = tp.offset
             if offset < 0 or tp.offset in (OFFSET_BEGINNING, OFFSET_END):
-                low, high = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
-                                                                API_TIMEOUT_S)
+                low, high = stoppable(lambda t, tp=tp: self.consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), t), self.m.stop_event, API_TIMEOUT_S)
                 offset = high if self.reset in ("latest", "largest", "end") else low
             self.positions[key] = offset
             self.provenance[key] = Provenance(self.m.source_name, tp.partition)
@@ -115,7 +115,7 @@ class BatchStream:
         self._refresh_target()
 
     def _starting_offsets(self, fresh: list[TopicPartition]) -> list[TopicPartition]:
-        return self.consumer.committed(fresh, API_TIMEOUT_S)
+        return stoppable(lambda t: self.consumer.committed(fresh, t), self.m.stop_event, API_TIMEOUT_S)
 
     def _encode(self, key: Key, batch) -> list:
         return batch.encode_parts()
@@ -132,7 +132,7 @@ class BatchStream:
 
     # ---- metadata ---------------------------------------------------------------------------------------------
     def _refresh_source(self) -> None:
-        md = self.consumer.list_topics(timeout=API_TIMEOUT_S)
+        md = stoppable(lambda t: self.consumer.list_topics(timeout=t), self.m.stop_event, API_TIMEOUT_S)
         self.source.addresses = {b.id: (b.host, b.port) for b in md.brokers.values()}
         for topic, partition in self.positions:
             t = md.topics.get(topic)
@@ -140,7 +140,7 @@ class BatchStream:
             self.source_leader[(topic, partition)] = p.leader if p is not None else -1
 
     def _refresh_target(self) -> None:
-        md = self.m.target_admin.list_topics(timeout=API_TIMEOUT_S)
+        md = stoppable(lambda t: self.m.target_admin.list_topics(timeout=t), self.m.stop_event, API_TIMEOUT_S)
         self.target.addresses = {b.id: (b.host, b.port) for b in md.brokers.values()}
         self.target_leader = {}
         for topic in {t for t, _ in self.target_of}:

@@ -46,21 +46,21 @@ class CheckpointWriter:
                 self.latest[(topic, partition)] = (source_offset, target_offset)
                 self.dirty.add((topic, partition))
 
-    def maybe_flush(self, force: bool = False) -> bool:
+    def maybe_flush(self, force: bool = False, timeout_s: float = 30.0) -> bool:
         """Write the changed checkpoints when due; False when the target did not take them (kept for later)."""
         with self.lock:
             if not self.dirty or (not force and time.monotonic() - self.last_flush < self.interval):
                 return True
             self.last_flush = time.monotonic()
             try:
-                return self._flush()
+                return self._flush(timeout_s)
             except Exception as exc:  # the target is away: the checkpoints stay dirty
                 log.warning("checkpoints not written (%s); kept for the next flush", exc)
                 return False
 
-    def _flush(self) -> bool:
+    def _flush(self, timeout_s: float) -> bool:
         if self.producer is None:
-            ensure_topic(self.bootstrap, self.topic)
+            ensure_topic(self.bootstrap, self.topic, timeout_s)
             self.producer = Producer({**client_base(self.bootstrap), "acks": "all"})
         failed: list = []
         sent = sorted(self.dirty)
@@ -70,21 +70,23 @@ class CheckpointWriter:
                                                           "target_offset": target_offset}).encode(),
                                   json.dumps({"source": self.source, "topic": topic, "partition": partition}).encode(),
                                   on_delivery=lambda err, _msg: failed.append(err) if err else None)
-        if self.producer.flush(30) > 0 or failed:
+        if self.producer.flush(timeout_s) > 0 or failed:
             log.warning("checkpoints not acknowledged by the target (%s); kept for the next flush",
                         failed[0] if failed else "timed out")
             return False
         self.dirty.difference_update(sent)
         return True
 
-    def close(self) -> None:
-        self.maybe_flush(force=True)
+    def close(self, timeout_s: float = 5.0) -> None:
+        """The last flush, at shutdown: bounded, since a target that is away would otherwise hold the stop (the
+        checkpoints are written again by the next run)."""
+        self.maybe_flush(force=True, timeout_s=timeout_s)
 
 
-def ensure_topic(bootstrap: str | dict, topic: str) -> None:
+def ensure_topic(bootstrap: str | dict, topic: str, timeout_s: float = 30.0) -> None:
     admin = AdminClient(client_base(bootstrap))
     try:
-        admin.create_topics([NewTopic(topic, 1, -1, config={"cleanup.policy": "compact"})])[topic].result(30)
+        admin.create_topics([NewTopic(topic, 1, -1, config={"cleanup.policy": "compact"})])[topic].result(timeout_s)
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise

@@ -365,6 +365,22 @@ def source_event(m) -> bool:
     return True
 
 
+def stoppable(call, stop_event: threading.Event, total_s: float, slice_s: float = 2.0):
+    """``call(timeout)`` of a librdkafka API in slices of ``slice_s`` until it answers or ``total_s`` has passed:
+    a slice that times out is asked again, unless the mirror is stopping. So a stop (SIGTERM) is seen within a
+    slice even while both clusters are away, instead of after the whole API timeout."""
+    deadline = time.monotonic() + total_s
+    while True:
+        try:
+            return call(max(0.1, min(slice_s, deadline - time.monotonic())))
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            timed_out = isinstance(error, KafkaError) and error.code() in (KafkaError._TIMED_OUT,
+                                                                           KafkaError._TRANSPORT)
+            if not timed_out or stop_event.is_set() or time.monotonic() >= deadline:
+                raise
+
+
 def _close(consumer: Consumer | None, producer: Producer | None) -> None:
     try:
         if producer is not None:
