@@ -9,12 +9,12 @@ wait and wake-up when the threads collide. jemalloc does not.
 Per round, on one standalone broker of this tree, a child Python process with confluent-kafka (the paper
 benchmark's clients: ``benchkit.logbus_side.produce`` with librdkafka's default batching, acks=1, then
 ``consume`` of the same topic, ~200 KB per fetch) sends and then reads ``--messages`` 200-byte messages on a topic
-of its own, once with glibc's malloc and once with Debian's jemalloc preloaded (``LD_PRELOAD=libjemalloc.so.2``,
+of its own, once with glibc's malloc and once with Debian's jemalloc preloaded (``benchkit.logbus_side.JEMALLOC_ENV``,
 installed when missing); the order alternates between rounds. Each child reports its rates and its own CPU seconds
 and whether jemalloc is mapped in it.
 
-Usage: .venv/bin/python bench/client_allocator.py [--messages 1000000] [--rounds 5] [--out bench/results/client_allocator]
-       | --report-only
+Usage: .venv/bin/python bench/client_allocator.py [--messages 1000000] [--rounds 5]
+       [--out bench/results/client_allocator] | --report-only
 Results: <out>/client_allocator.{json,md,png}
 """
 
@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 from benchkit import rounds_cli  # noqa: E402
+from benchkit.logbus_side import JEMALLOC_ENV  # noqa: E402
 
-# found by the dynamic linker's search wherever the architecture keeps its libraries (Debian: libjemalloc2)
-ALLOCATORS = {"glibc": {}, "jemalloc": {"LD_PRELOAD": "libjemalloc.so.2"}}
+ALLOCATORS = {"glibc": {}, "jemalloc": JEMALLOC_ENV}
 PHASES = {"producer": "confluent-kafka producer, librdkafka's default batching, acks=1",
           "consumer": "confluent-kafka consumer, ~200 KB a fetch"}
 

@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -37,12 +36,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 from benchkit import logbus_side, perf, rounds_cli  # noqa: E402
+from benchkit.peers import JEMALLOC  # noqa: E402
 from kcat_consume_cycle import kcat_command  # noqa: E402
 from paper_benchmark import SIZE, produce_kcat  # noqa: E402
 from request_cost import start_broker  # noqa: E402
 
-LIB = Path("/usr/lib") / (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu")
-ALLOCATORS = {"glibc": (None, None), "jemalloc": (LIB / "libjemalloc.so.2", "libjemalloc2"),
+LIB = Path(JEMALLOC).parent  # the architecture's library directory
+ALLOCATORS = {"glibc": (None, None), "jemalloc": (Path(JEMALLOC), "libjemalloc2"),
               "tcmalloc": (LIB / "libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
               "mimalloc": (LIB / "libmimalloc.so.2", "libmimalloc2.0")}
 TOPICS = ("bench-batch50", "bench-kcat")

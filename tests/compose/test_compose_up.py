@@ -94,7 +94,6 @@ def free_block(count: int, host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"no {count} consecutive free ports on {host}")
 
 
-
 def zombie_lines(stack, service: str) -> dict[str, str]:
     """The container's zombie processes now: ``{"pid ppid": ps line}``."""
     out = stack.exec(service, "ps", "-eo", "pid=,ppid=,stat=,comm=")
@@ -113,6 +112,7 @@ def lasting_zombies(stack, service: str, settle_s: float = 15.0) -> list[str]:
     time.sleep(settle_s)
     later = zombie_lines(stack, service)
     return sorted(later[key] for key in first.keys() & later.keys())
+
 
 class Stack:
     """One docker-compose project: the compose file and config dir under ``directory``, its own project name."""
