@@ -248,7 +248,8 @@ def read_to_end(bootstrap: str, topic: str, group_id: str, timeout_s: float = 60
             while position < end:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{bootstrap}: {topic}[{p}] not read to {end} within {timeout_s}s")
-                for m in consumer.consume(1000, timeout=1):
+                # never more than are left: consume() waits out its timeout for a count it cannot reach
+                for m in consumer.consume(max(1, min(1000, end - position)), timeout=1):
                     if not m.error():
                         position = m.offset() + 1
                         yield m

@@ -88,7 +88,7 @@ def run_demo(state_dir: str, messages: int) -> int:
         started = time.perf_counter()
         deadline = time.monotonic() + 60
         while got < messages and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, timeout=1):
+            for msg in consumer.consume(min(10_000, messages - got), timeout=1):  # no more than are left
                 if msg.error():
                     raise RuntimeError(str(msg.error()))
                 event = json.loads(msg.value())

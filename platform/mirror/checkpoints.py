@@ -101,7 +101,9 @@ def read_checkpoints(bootstrap: str, topic: str, source: str) -> dict[tuple[str,
         out: dict[tuple[str, int], tuple[int, int]] = {}
         position = 0
         while position < end:
-            msgs = consumer.consume(1000, timeout=5)
+            # at most what is left (compaction leaves gaps, so maybe fewer): consume() waits out its timeout
+            # for a count it cannot reach
+            msgs = consumer.consume(max(1, min(1000, end - position)), timeout=5)
             if not msgs:
                 break
             for msg in msgs:
