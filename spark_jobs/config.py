@@ -16,6 +16,10 @@
     spark.driver.host=127.0.0.1                 (the default, with spark.driver.bindAddress) where executors reach
                                                 the driver: an address of this machine they can connect to
     spark.*                                     any other spark.* key goes to the Spark session
+    load.driver.master=local[1]                 the master of the Airflow DAG's plan and reconcile tasks: their work
+                                                is the driver's (the ledger, watermarks, the audit report), so by
+                                                default they launch no executors on a cluster; the load task (and
+                                                ``logbus load``, one session for all three steps) uses spark.master
     load.max.records.per.partition=1000000      larger partition ranges are split into several Spark partitions
     audit.window.ms=60000                       the producers' audit.window.ms
     audit.grace.ms=60000
@@ -37,7 +41,8 @@ from settings.properties import ConfigError
 from settings.security import ClientSecurity
 
 KNOWN = {"bootstrap.servers", "schema.registry.url", "warehouse.path", "topics", "topics.pattern",
-         "load.max.records.per.partition", "audit.window.ms", "audit.grace.ms", "audit.tiers"}
+         "load.max.records.per.partition", "audit.window.ms", "audit.grace.ms", "audit.tiers",
+         "load.driver.master"}
 
 
 class LoadConfigError(ValueError):
@@ -66,6 +71,7 @@ class LoadConfig:
         wh = values["warehouse.path"]
         self.warehouse = wh if "://" in wh else Path(wh).resolve().as_uri()
         self.master = values.get("spark.master", "local[2]")
+        self.driver_master = values.get("load.driver.master", "local[1]")
         self.topics = [t.strip() for t in values.get("topics", "").split(",") if t.strip()]
         try:
             self.pattern = re.compile(values.get("topics.pattern", r"[^_].*"))

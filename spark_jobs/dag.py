@@ -30,12 +30,15 @@ def config_path() -> str:
     return path
 
 
-def _with_spark(fn):
+def _with_spark(fn, driver_only: bool = False):
+    """``fn(config, spark)`` in a Spark session of its own; ``driver_only``: on ``load.driver.master`` (default
+    ``local[1]``), for the tasks whose work is the driver's: on a standalone cluster, a session launches an
+    executor on every worker (a JVM each) whether or not a job runs."""
     from spark_jobs.config import LoadConfig
     from spark_jobs.load import session
 
     config = LoadConfig.load(config_path())
-    spark = session(config)
+    spark = session(config, config.driver_master if driver_only else None)
     try:
         return fn(config, spark)
     finally:
@@ -45,7 +48,7 @@ def _with_spark(fn):
 def plan_step() -> dict:
     from spark_jobs import load as cycle
 
-    return _with_spark(lambda config, spark: cycle.plan_step(spark, config))
+    return _with_spark(lambda config, spark: cycle.plan_step(spark, config), driver_only=True)
 
 
 def load_step(planned: dict) -> dict:
@@ -57,7 +60,7 @@ def load_step(planned: dict) -> dict:
 def reconcile_step() -> dict:
     from spark_jobs import load as cycle
 
-    report = _with_spark(lambda config, spark: cycle.reconcile_step(spark, config))
+    report = _with_spark(lambda config, spark: cycle.reconcile_step(spark, config), driver_only=True)
     return {"rows": len(report["rows"]), "statuses": cycle.status_counts(report["rows"])}  # XCom: the summary
 
 

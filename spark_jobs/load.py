@@ -22,9 +22,9 @@ from spark_jobs import faults
 from spark_jobs.config import LoadConfig
 
 
-def session(config: LoadConfig):
-    """A Spark session with the ``logbus`` source registered, on ``config.master`` (``local[*]`` or a standalone
-    cluster's ``spark://host:port``). The code the tasks import reaches the Python workers as one zip through
+def session(config: LoadConfig, master: str | None = None):
+    """A Spark session with the ``logbus`` source registered, on ``master`` or else ``config.master`` (``local[*]``
+    or a standalone cluster's ``spark://host:port``). The code the tasks import reaches the Python workers as one zip through
     Spark's own mechanism (:mod:`spark_jobs.packaging`, ``addPyFile``), the same on every master; their Python is
     the driver's (``PYSPARK_PYTHON``, default this interpreter), which a cluster's machines must have at that path.
 
@@ -35,7 +35,7 @@ def session(config: LoadConfig):
 
     from spark_jobs import packaging
 
-    builder = (SparkSession.builder.master(config.master).appName("logbus-load")
+    builder = (SparkSession.builder.master(master or config.master).appName("logbus-load")
                .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4").config("spark.driver.bindAddress", "127.0.0.1")

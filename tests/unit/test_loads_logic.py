@@ -50,7 +50,7 @@ def test_plan_ranges_resolves_earliest_latest_json_and_patterns():
 def test_load_config_defaults_and_errors(tmp_path):
     c = LoadConfig({"bootstrap.servers": "b:1", "schema.registry.url": "http://r", "warehouse.path": str(tmp_path),
                     "audit.cluster.live.bootstrap.servers": "l:1", "spark.executor.memory": "1g"})
-    assert c.warehouse == tmp_path.resolve().as_uri() and c.master == "local[2]"
+    assert c.warehouse == tmp_path.resolve().as_uri() and c.master == "local[2]" and c.driver_master == "local[1]"
     assert c.tiers == ["live", "warehouse"] and c.spark == {"spark.executor.memory": "1g"}
     assert c.wants("page-views") and not c.wants("_audit")
     for values, message in (({"bootstrap.servers": "b"}, "schema.registry.url is required"),
@@ -97,3 +97,34 @@ def test_value_format_options():
         with pytest.raises(SourceError, match=message):
             _decoding(options)
     assert normalize({"valueformat": "confluent-avro"}) == {"valueFormat": "confluent-avro"}
+
+
+def test_the_dags_plan_and_reconcile_run_on_the_driver_master_and_the_load_on_spark_master(tmp_path, monkeypatch):
+    """On a cluster every session launches an executor per worker: the plan and reconcile tasks, whose work is
+    the driver's, take ``load.driver.master``; the load task takes ``spark.master``."""
+    from spark_jobs import dag
+    from spark_jobs import load as cycle
+
+    config = tmp_path / "load.properties"
+    config.write_text(f"bootstrap.servers=b:1\nschema.registry.url=http://r\nwarehouse.path={tmp_path}\n"
+                      "spark.master=spark://m:7077\n")
+    monkeypatch.setenv("LOGBUS_LOAD_CONFIG", str(config))
+    masters = []
+
+    class Session:
+        def __init__(self, config, master=None):
+            masters.append(master or config.master)
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(cycle, "session", Session)
+    monkeypatch.setattr(cycle, "plan_step", lambda spark, config: {"load_id": 1, "ranges": {}})
+    monkeypatch.setattr(cycle, "load_step", lambda spark, config, planned: {"load_id": 1})
+    monkeypatch.setattr(cycle, "reconcile_step", lambda spark, config: {"rows": []})
+    dag.load_step(dag.plan_step())
+    dag.reconcile_step()
+    assert masters == ["local[1]", "spark://m:7077", "local[1]"]
+    config.write_text(config.read_text() + "load.driver.master=spark://m:7077\n")
+    dag.plan_step()
+    assert masters[-1] == "spark://m:7077"
