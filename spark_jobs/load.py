@@ -24,9 +24,10 @@ from spark_jobs.config import LoadConfig
 
 def session(config: LoadConfig, master: str | None = None):
     """A Spark session with the ``logbus`` source registered, on ``master`` or else ``config.master`` (``local[*]``
-    or a standalone cluster's ``spark://host:port``). The code the tasks import reaches the Python workers as one zip through
-    Spark's own mechanism (:mod:`spark_jobs.packaging`, ``addPyFile``), the same on every master; their Python is
-    the driver's (``PYSPARK_PYTHON``, default this interpreter), which a cluster's machines must have at that path.
+    or a standalone cluster's ``spark://host:port``). The code the tasks import reaches the Python workers as one
+    zip through Spark's own mechanism (:mod:`spark_jobs.packaging`, ``addPyFile``), the same on every master; their
+    Python is the driver's (``PYSPARK_PYTHON``, default this interpreter), which a cluster's machines must have at
+    that path.
 
     The driver listens on 127.0.0.1 (``spark.driver.host``/``bindAddress``): executors on this machine reach it; on
     other machines set both to an address they can reach (any ``spark.*`` key of the config wins)."""

@@ -173,6 +173,7 @@ def test_mirror_copies_every_partition_in_order_and_follows_new_topics(clusters,
     wait_until(lambda: target_count(clusters["offline"], "loop") >= 1, 60, interval=1, what="loop topic mirrored")
     time.sleep(2)
     assert [r[2] for r in read(clusters["offline"], "loop")[0]] == [b"original"]
+
     def stats() -> dict | None:  # written every few seconds: wait for the one that counts the loop topic
         counted = json.loads((mirror.dir / "stats.json").read_text())
         return counted if counted["records"] >= COUNT + 101 and counted["skipped_loops"] >= 1 else None
