@@ -97,9 +97,9 @@ def read(bootstrap: str, topic: str) -> dict[int, list]:
         if end == 0:
             continue
         consumer.assign([TopicPartition(topic, p, 0)])
-        while not out[p] or out[p][-1][0] < end - 1:
+        while (position := out[p][-1][0] + 1 if out[p] else 0) < end:
             # never more than are left: consume() waits its whole timeout for a count it cannot reach
-            msgs = consumer.consume(max(1, min(10000, end - 1 - (out[p][-1][0] if out[p] else -1))), timeout=5)
+            msgs = consumer.consume(min(10000, end - position), timeout=5)
             assert msgs, f"stuck reading {topic}-{p}"
             for m in msgs:
                 assert not m.error(), m.error()

@@ -53,8 +53,8 @@ class FakeConsumer:
         left = self.ends[self.partition] - self.position
         if num_messages > left:
             self.waited += 1
-        got = [KeyedMessage("t", self.partition, o) for o in range(self.position, self.position + min(num_messages,
-                                                                                                      left))]
+        got = [KeyedMessage("t", self.partition, o)
+               for o in range(self.position, self.position + min(num_messages, left))]
         self.position += len(got)
         return got
 
