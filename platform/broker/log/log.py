@@ -301,6 +301,7 @@ class PartitionLog:
         self.log_start_offset = self.high_watermark = self.recovery_point = offset
         self.epochs.clear()
         self.producers = ProducerStateManager()
+        self._drop_snapshot()  # of the dropped log
         self.txn_index.clear()
 
     def begin_leader_epoch(self, epoch: int) -> None:
@@ -320,12 +321,16 @@ class PartitionLog:
 
     def rebuild_producer_state(self) -> None:
         """Producer state = the snapshot (if it is not past the log end) + the batches written after it; with
-        no usable snapshot, the batches of the active segment."""
+        no usable snapshot, the batches of the whole log (Kafka's rebuild from the log start). A snapshot past
+        the log end (a truncation discarded what it covers) is deleted: once the log grew past its offset again
+        it would pass for one of the new log, describing batches that are not there or missing ones that are."""
         loaded = ProducerStateManager.load_snapshot(self._snapshot_path)
         if loaded is not None and self.log_start_offset <= loaded[1] <= self.log_end_offset:
             self.producers, start = loaded
         else:
-            self.producers, start = ProducerStateManager(), self.active.base_offset
+            if loaded is not None and loaded[1] > self.log_end_offset:
+                self._drop_snapshot()
+            self.producers, start = ProducerStateManager(), self.segments[0].base_offset
         if start >= self.log_end_offset:
             return
         i = bisect_right(self._bases, start) - 1
@@ -340,6 +345,15 @@ class PartitionLog:
                     last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
                     self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
                                           h.base_offset, control.is_transactional(h.attributes))
+
+    def _drop_snapshot(self) -> None:
+        try:
+            os.unlink(self._snapshot_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # kept on disk: the next restart ignores it as long as it is past the log end
+            log.warning("%s-%d: cannot delete the producer snapshot past the log end: %s", self.topic,
+                        self.partition, exc)
 
     def _maybe_roll(self, incoming: int, last_offset: int) -> None:
         """Roll before an append that would make the active segment too big or too old, or whose last offset
