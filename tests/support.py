@@ -570,9 +570,13 @@ class Ledger:
     def _run(self) -> None:
         from confluent_kafka import Producer
 
+        # one request in flight per connection: librdkafka (2.16) re-numbers, under a bumped epoch, batches a
+        # broker may already have stored when a later pipelined batch is answered OUT_OF_ORDER_SEQUENCE_NUMBER
+        # after a leader change (confluentinc/librdkafka#4953, reproduced against Apache Kafka): a duplicate the
+        # broker cannot recognise, since the copy comes with a new producer id
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms,
-                             "retry.backoff.ms": 100})
+                             "max.in.flight.requests.per.connection": 1, "linger.ms": 5,
+                             "message.timeout.ms": self.message_timeout_ms, "retry.backoff.ms": 100})
         while not self._stop.is_set():
             try:
                 producer.produce(self.topic, str(self.produced).encode(), partition=self.produced % self.partitions,
@@ -612,6 +616,10 @@ class Ledger:
         records = read_topic(bootstrap or self.bootstrap, self.topic)
         out = {"acknowledged": self.count(), "lost": 0, "duplicated": 0, "out_of_order": 0,
                "delivery_failures": dict(self.failed)}
+        copies: dict[tuple[int, int], list[int]] = {}  # (partition, value) -> offsets, for a failure's message
+        for m in records:
+            copies.setdefault((m.partition(), int(m.value())), []).append(m.offset())
+        out["duplicate_offsets"] = {f"{p}:{v}": offsets for (p, v), offsets in copies.items() if len(offsets) > 1}
         for p, acked in self.acked.items():
             seen = [int(m.value()) for m in records if m.partition() == p]
             out["duplicated"] += len(seen) - len(set(seen))

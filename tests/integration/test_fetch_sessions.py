@@ -85,10 +85,13 @@ def test_kafka_python_reads_everything_through_an_incremental_session(cluster, m
     assert got == expected
     consumer.close()
     # every answer was one the client accepted (no session error, no partition missing from a full answer or
-    # foreign to an incremental one), and most fetches after the first per leader were incremental
+    # foreign to an incremental one); one full fetch per leader opened its session, every later one was
+    # incremental (how many fetches there were depends on the machine's speed: a fast one reads all in a few)
     assert handled and all(accepted and error == 0 for _, _, error, accepted in handled), handled
-    incremental = [h for h in handled if not h[0]]
-    assert len(incremental) >= len(handled) // 2 and all(session > 0 for _, session, _, _ in incremental), handled
+    full = [session for is_full, session, _, _ in handled if is_full]
+    incremental = [session for is_full, session, _, _ in handled if not is_full]
+    assert len(full) <= len(cluster.brokers) and all(session > 0 for session in full), handled
+    assert incremental and set(incremental) <= set(full), handled
     consumer.close()
 
 
