@@ -37,17 +37,27 @@ def _yaml(value, indent: int = 0) -> str:
     return " " + json.dumps(value) + "\n"
 
 
+# Docker runs a health check through an exec in the container: about 80 ms of CPU for the exec alone, about 120 ms
+# with a Python probe. At one probe per service every 5 s that was 0.6 of a core for the default topology's 22 checked
+# services; bash's /dev/tcp probes and a 10 s interval bring it to about a quarter of a core.
+HEALTH_INTERVAL = "10s"
+
+
+def _bash_http(port: int, path: str) -> str:
+    """A plain-HTTP probe in bash alone: a 200 status line, as urllib's urlopen would want (no redirects here)."""
+    return (f"exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET {path} HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n' >&3 "
+            "&& head -n 1 <&3 | grep -q ' 200 '")
+
+
 def _healthcheck(s: Service) -> dict | None:
     if s.health[0] == "tcp":
-        probe = f"import socket; socket.create_connection(('127.0.0.1', {s.health[1]}), 2)"
-    elif s.health[0] == "zookeeper":  # serving (srvr: leader, follower or standalone), not merely listening
-        probe = (f"import socket, sys; c = socket.create_connection(('127.0.0.1', {s.health[1]}), 2); "
-                 "c.sendall(b'srvr'); out = b''.join(iter(lambda: c.recv(4096), b'')); "
-                 "sys.exit(0 if any(b'Mode: ' + m in out for m in (b'leader', b'follower', b'standalone')) else 1)")
-    elif s.health[0] == "http":
-        url = f"http://127.0.0.1:{s.health[1]}{s.health[2]}"
-        probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=3)"
-    elif s.health[0] == "https":  # the topology's CA; 401 (login required) counts as an answer
+        return _check(["CMD", "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{s.health[1]}"])
+    if s.health[0] == "zookeeper":  # serving (srvr: leader, follower or standalone), not merely listening
+        return _check(["CMD", "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{s.health[1]} && printf srvr >&3 "
+                       "&& grep -qE '^Mode: (leader|follower|standalone)' <&3"])
+    if s.health[0] == "http":
+        return _check(["CMD", "bash", "-c", _bash_http(s.health[1], s.health[2])])
+    if s.health[0] == "https":  # the topology's CA; 401 (login required) counts as an answer
         url = f"https://localhost:{s.health[1]}{s.health[2]}"
         probe = ("import ssl, sys, urllib.error, urllib.request\n"
                  "c = ssl.create_default_context(cafile='/etc/logbus/secrets/ca.pem')\n"
@@ -66,7 +76,11 @@ def _healthcheck(s: Service) -> dict | None:
                  "for p in ('metadatabase', 'scheduler')) else 1)")
     else:
         return None
-    return {"test": ["CMD", "python", "-c", probe], "interval": "5s", "timeout": "5s", "retries": 60}
+    return _check(["CMD", "python", "-c", probe])
+
+
+def _check(test: list[str]) -> dict:
+    return {"test": test, "interval": HEALTH_INTERVAL, "timeout": "5s", "retries": 60}
 
 
 def render(topo: dict, config_dir: str = "docker/config") -> tuple[str, dict[str, str]]:

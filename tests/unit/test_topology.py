@@ -81,7 +81,7 @@ def test_each_datacenter_runs_a_three_node_zookeeper_ensemble_its_brokers_all_li
                 assert broker.depends_on == names
                 assert f"zookeeper.connect={connect}\n" in broker.files["server.properties"]
     text, _ = render(topo)
-    assert text.count("b'srvr'") == 6 and "2181:" not in text and "2888" in text  # never published
+    assert text.count("printf srvr") == 6 and "2181:" not in text and "2888" in text  # never published
 
 
 def test_one_zookeeper_node_runs_standalone_and_bad_counts_are_refused(tmp_path):
