@@ -2,8 +2,7 @@
 answering them together. Against a real broker process: a burst of pipelined requests sent in one TCP write is
 answered in order and read back by kafka-python and confluent-kafka; frames split across many writes (small and
 larger than the listener's read chunk) are reassembled; a bad frame in the middle of a burst closes that
-connection only, after the answers to the frames before it; a client that leaves while a request of it waits has
-the requests behind it dropped."""
+connection only, after the answers to the frames before it."""
 
 import datetime
 import io
@@ -249,28 +248,3 @@ def test_a_bad_frame_in_a_burst_closes_only_that_connection_after_the_frames_bef
     assert broker.alive()
     assert "unknown api key 999" in broker.log_text()
     assert [m.value() for m in read_topic(broker.bootstrap, topic)] == [b"g%d" % i for i in range(1, 51)]
-
-
-def test_requests_behind_a_waiting_one_are_dropped_when_the_client_leaves(broker):
-    """A long-polling Fetch, then a Produce behind it in the same write, then the client closes: the Produce is
-    never appended (Kafka drops what a closed connection left unread; before, it was appended once the Fetch's
-    wait ended, for a client that had given up on it)."""
-    topic = f"gone-{uuid.uuid4().hex[:8]}"
-    client = RawClient("127.0.0.1", broker.port)
-    client.request(3, METADATA_V, metadata_body(topic))  # creates the topic
-    m = request_module(1, 4)
-    fetch = m.FetchRequest(replica_id=-1, max_wait=datetime.timedelta(milliseconds=1500), min_bytes=1,
-                           max_bytes=1 << 20, isolation_level=0, topics=(m.FetchTopic(topic=topic, partitions=(
-                               m.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),))
-    client.send_bytes(frame(1, 4, 10, fetch) + frame(0, PRODUCE_V, 11, produce_body(topic, batch([b"late"]))))
-    time.sleep(0.3)  # both frames are in the broker's hands, the Fetch waits
-    client.close()
-    time.sleep(2.5)  # the Fetch's wait is over
-    check = RawClient("127.0.0.1", broker.port)
-    try:  # the broker is fine, and the log is empty: a Produce on a live connection lands at offset 0
-        check.send_bytes(frame(0, PRODUCE_V, 1, produce_body(topic, batch([b"first"]))))
-        answers = [produce_answer(f) for f in read_frames(check.sock, 1)]
-    finally:
-        check.close()
-    assert answers == [(1, 0, 0)], answers
-    assert [m.value() for m in read_topic(broker.bootstrap, topic)] == [b"first"]

@@ -1,11 +1,7 @@
 """The Kafka listener: asyncio, one task per connection, requests handled and answered strictly in order.
 
 Like Kafka's processors, a connection is served one request at a time (a long-polling Fetch delays the next
-response on that connection, never other connections); pipelined requests wait in the socket buffer. A client
-that disconnects while a request of it waits (acks=all, a long-polling Fetch) has the requests it sent behind that
-one dropped, as Kafka drops what a closed connection left unread: a producer that gave up on a request timeout
-retries elsewhere, and a late append of its stale requests could store a batch a second time (an idempotent
-producer whose retry comes under a new producer id after an epoch bump).
+response on that connection, never other connections); pipelined requests wait in the socket buffer.
 A frame over ``socket.request.max.bytes``, an unknown API key, an unsupported version or a request that does
 not decode is logged and closes that connection only. Produce with ``acks=0`` is not answered.
 
@@ -325,8 +321,6 @@ class KafkaListener:
                         parts = self.dispatch(payload, session)
                         if type(parts) is CoroutineType:  # a request that waits (acks=all, a long-polling fetch)
                             parts = await parts
-                            if reader.at_eof() or writer.transport.is_closing():
-                                return  # the client left meanwhile: nothing more it sent is handled
                     del payload
                 finally:
                     if reserved:
