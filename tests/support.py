@@ -616,13 +616,13 @@ class Ledger:
         records = read_topic(bootstrap or self.bootstrap, self.topic)
         out = {"acknowledged": self.count(), "lost": 0, "duplicated": 0, "out_of_order": 0,
                "delivery_failures": dict(self.failed)}
-        copies: dict[tuple[int, int], list[int]] = {}  # (partition, value) -> offsets, for a failure's message
+        copies: dict[tuple[int, int], list[int]] = {}  # (partition, value) -> offsets
         for m in records:
             copies.setdefault((m.partition(), int(m.value())), []).append(m.offset())
         out["duplicate_offsets"] = {f"{p}:{v}": offsets for (p, v), offsets in copies.items() if len(offsets) > 1}
+        out["duplicated"] = sum(len(offsets) - 1 for offsets in out["duplicate_offsets"].values())
         for p, acked in self.acked.items():
             seen = [int(m.value()) for m in records if m.partition() == p]
-            out["duplicated"] += len(seen) - len(set(seen))
             acked_set = set(acked)
             in_ledger = [v for v in seen if v in acked_set]
             first = list(dict.fromkeys(in_ledger))  # each value's first appearance
