@@ -37,8 +37,8 @@ def _yaml(value, indent: int = 0) -> str:
     return " " + json.dumps(value) + "\n"
 
 
-# Docker runs a health check through an exec in the container: about 80 ms of CPU for the exec alone, about 120 ms
-# with a Python probe. At one probe per service every 5 s that was 0.6 of a core for the default topology's 22 checked
+# Docker runs a health check through an exec in the container: about 90 ms of CPU for the exec alone, 136-196 ms
+# with a Python probe (bench/results/healthcheck_cost.md). At one probe per service every 5 s that was 0.6 of a core for the default topology's 22 checked
 # services; bash's /dev/tcp probes and a 10 s interval bring it to about a quarter of a core.
 HEALTH_INTERVAL = "10s"
 
