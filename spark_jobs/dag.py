@@ -3,8 +3,9 @@
 Tasks: ``plan`` (finish or discard a killed load, then the ranges from the ledger to the high watermarks, as
 XCom) → ``load`` (Spark: read, decode, Parquet + the warehouse tier counts into staging, publish; the counts are
 published with the data so they can never disagree with it) → ``reconcile`` (the audit report: Parquet, JSON and
-HTML under ``<warehouse>/_audit/``, shown by the Airflow "Audit" page). A retried ``load`` whose load was already
-published (the previous try died after publication) does not load it again.
+HTML under ``<warehouse>/_audit/``, shown by the Airflow "Audit" page). On a ``file://`` warehouse, ``plan`` and
+``reconcile`` start no Spark session. A retried ``load`` whose load was already published (the previous try died
+after publication) does not load it again.
 
 Configuration: the load properties file named by the Airflow Variable ``logbus_load_config`` or the environment
 variable ``LOGBUS_LOAD_CONFIG``; the schedule by ``LOGBUS_LOAD_SCHEDULE`` (cron or preset, default ``@hourly``;
@@ -31,13 +32,18 @@ def config_path() -> str:
 
 
 def _with_spark(fn, driver_only: bool = False):
-    """``fn(config, spark)`` in a Spark session of its own; ``driver_only``: on ``load.driver.master`` (default
-    ``local[1]``), for the tasks whose work is the driver's: on a standalone cluster, a session launches an
-    executor on every worker (a JVM each) whether or not a job runs."""
+    """``fn(config, spark)`` in a Spark session of its own; ``driver_only``: for the tasks whose work is the
+    driver's (a few small files, the watermarks, the audit events): on a ``file://`` warehouse they run with no
+    session at all (``spark`` is None: no JVM to start, :mod:`spark_jobs.files`); elsewhere (``hdfs://``,
+    ``s3a://``: Hadoop's FileSystem) on ``load.driver.master`` (default ``local[1]``), because on a standalone
+    cluster a session launches an executor on every worker (a JVM each) whether or not a job runs."""
     from spark_jobs.config import LoadConfig
+    from spark_jobs.files import is_local
     from spark_jobs.load import session
 
     config = LoadConfig.load(config_path())
+    if driver_only and is_local(config.warehouse):
+        return fn(config, None)
     spark = session(config, config.driver_master if driver_only else None)
     try:
         return fn(config, spark)

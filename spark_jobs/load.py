@@ -202,7 +202,7 @@ def pending_after_cut(rows: list[dict], cut_ms: int, grace_ms: int) -> None:
             r["status"] = "pending"
 
 
-def reconcile_report(spark, config: LoadConfig, wh) -> dict:
+def reconcile_report(config: LoadConfig, wh) -> dict:
     from audit.collector import read_once
     from audit.reconcile import reconcile
     from audit.render import render_page
@@ -218,10 +218,28 @@ def reconcile_report(spark, config: LoadConfig, wh) -> dict:
     wh.write_text(wh.path("_audit", "report.json"), json.dumps(report))
     wh.write_text(wh.path("_audit", "report.html"), render_page(rows, config.tiers, title="logbus audit (warehouse)"))
     if rows:
-        flat = [{**{k: v for k, v in r.items() if k != "missing_sequences"},
-                 "missing_sequences": json.dumps(r["missing_sequences"])} for r in rows]
-        spark.createDataFrame(flat).coalesce(1).write.mode("overwrite").parquet(wh.path("_audit", "report.parquet"))
+        write_report_parquet(wh, rows)
     return report
+
+
+def write_report_parquet(wh, rows: list[dict]) -> None:
+    """``_audit/report.parquet``: a directory of one Parquet file, as Spark writes one (Spark, pandas and pyarrow
+    read it), made by pyarrow (a report is small; no Spark job for it). Written beside, then swapped in."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    flat = [{**{k: v for k, v in r.items() if k != "missing_sequences"},
+             "missing_sequences": json.dumps(r["missing_sequences"])} for r in rows]
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(flat), out, compression="snappy")
+    target = wh.path("_audit", "report.parquet")
+    fresh = target + ".new"
+    wh.delete(fresh)
+    wh.write_bytes(f"{fresh}/part-00000.snappy.parquet", out.getvalue())
+    wh.delete(target)
+    wh.move(fresh, target)
 
 
 def status_counts(rows: list[dict]) -> dict[str, int]:
@@ -276,7 +294,7 @@ def reconcile_step(spark, config: LoadConfig, say=print) -> dict:
     from spark_jobs.warehouse import Warehouse
 
     wh = Warehouse(spark, config.warehouse)
-    report = reconcile_report(spark, config, wh)
+    report = reconcile_report(config, wh)
     say(f"audit report: {len(report['rows'])} rows " + json.dumps(status_counts(report["rows"]))
         + f" -> {wh.path('_audit', 'report.json')}")
     return report

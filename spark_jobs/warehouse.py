@@ -1,5 +1,7 @@
 """The warehouse's file layout, staging and atomic publication, on Hadoop's FileSystem API (through the Spark
-session's JVM) so that ``file://``, ``hdfs://`` and ``s3a://`` warehouse URLs take the same path.
+session's JVM) so that ``file://``, ``hdfs://`` and ``s3a://`` warehouse URLs take the same path; a ``file://``
+warehouse is also reached without a session, by plain file calls (:mod:`spark_jobs.files`: the DAG's plan and
+reconcile tasks).
 
 Layout under the warehouse URL::
 
@@ -25,74 +27,51 @@ PUBLISHING = "_PUBLISHING"
 
 
 class Warehouse:
+    """``spark``: a session whose Hadoop FileSystem serves every URL scheme; None (a ``file://`` warehouse only):
+    plain file calls, no JVM (:mod:`spark_jobs.files`)."""
+
     def __init__(self, spark, url: str):
+        from spark_jobs.files import HadoopFiles, LocalFiles, is_local
+
         self.url = url.rstrip("/")
-        jvm = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._Path = jvm.org.apache.hadoop.fs.Path
-        self.fs = self._Path(self.url).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        if spark is None and not is_local(self.url):
+            raise ValueError(f"warehouse {self.url}: only a file:// warehouse is reached without a Spark session")
+        self.files = LocalFiles(self.url) if spark is None else HadoopFiles(spark, self.url)
 
     # ---- file primitives --------------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
         return "/".join([self.url, *parts])
 
     def exists(self, path: str) -> bool:
-        return self.fs.exists(self._Path(path))
+        return self.files.exists(path)
 
     def delete(self, path: str) -> None:
-        self.fs.delete(self._Path(path), True)
+        self.files.delete(path)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Written to a temp name, then renamed over the target: readers see the old or the new file."""
+        self.files.write_bytes(path, data)
 
     def write_text(self, path: str, text: str) -> None:
-        """Written to a temp name, then renamed over the target: readers see the old or the new file."""
-        tmp = self._Path(path + ".tmp")
-        out = self.fs.create(tmp, True)
-        try:
-            out.write(bytearray(text.encode()))
-        finally:
-            out.close()
-        target = self._Path(path)
-        if self.fs.exists(target):
-            self.fs.delete(target, False)
-        if not self.fs.rename(tmp, target):
-            raise OSError(f"cannot rename {tmp} to {path}")
+        self.files.write_bytes(path, text.encode())
 
     def read_text(self, path: str) -> str | None:
-        p = self._Path(path)
-        if not self.fs.exists(p):
-            return None
-        stream = self.fs.open(p)
-        try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
-        finally:
-            stream.close()
-        return bytes(data).decode()
+        data = self.files.read_bytes(path)
+        return None if data is None else data.decode()
 
     def list_files(self, path: str) -> list[str]:
         """Every file under ``path`` (recursive), as full URLs; empty when it does not exist."""
-        p = self._Path(path)
-        if not self.fs.exists(p):
-            return []
-        out, it = [], self.fs.listFiles(p, True)
-        while it.hasNext():
-            out.append(it.next().getPath().toString())
-        return sorted(out)
+        return self.files.list_files(path)
 
     def size(self, path: str) -> int:
         """Bytes of every file under ``path`` (0 when it does not exist)."""
-        p = self._Path(path)
-        return int(self.fs.getContentSummary(p).getLength()) if self.fs.exists(p) else 0
+        return self.files.size(path)
 
     def list_dir(self, path: str) -> list[str]:
-        p = self._Path(path)
-        if not self.fs.exists(p):
-            return []
-        return sorted(s.getPath().getName() for s in self.fs.listStatus(p))
+        return self.files.list_dir(path)
 
     def move(self, src: str, dst: str) -> None:
-        target = self._Path(dst)
-        self.fs.mkdirs(target.getParent())
-        if not self.fs.rename(self._Path(src), target):
-            raise OSError(f"cannot move {src} to {dst}")
+        self.files.move(src, dst)
 
     # ---- ledger, manifests, staging ------------------------------------------------------------------------------
     def ledger(self) -> dict:

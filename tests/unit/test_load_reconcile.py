@@ -67,33 +67,6 @@ class FakeWarehouse:
         self.published.append({**manifest, "load_id": load_id})
 
 
-class FakeSpark:
-    """Only the report's Parquet write goes through Spark; it is recorded, not written."""
-
-    def __init__(self):
-        self.frames = []
-
-    def createDataFrame(self, rows):  # noqa: N802 (Spark's name)
-        self.frames.append(rows)
-        spark = self
-
-        class Frame:
-            def coalesce(self, n):
-                return self
-
-            @property
-            def write(self):
-                return self
-
-            def mode(self, m):
-                return self
-
-            def parquet(self, path):
-                spark.parquet = path
-
-        return Frame()
-
-
 def config():
     return LoadConfig({"bootstrap.servers": "b:1", "schema.registry.url": "http://r", "warehouse.path": "/wh",
                        "audit.cluster.offline.bootstrap.servers": "o:1", "audit.tiers": "warehouse",
@@ -110,17 +83,27 @@ def counted(start_ms, first, last):
             "count": last - first + 1, "sequences": [[first, last]]}
 
 
-def report_for(monkeypatch, manifest, events, counts):
+def report_for(monkeypatch, tmp_path, manifest, events, counts):
+    """The report of a real file:// warehouse (no Spark session: plain file calls) holding one published load."""
     import audit.collector
+    import pyarrow.parquet as pq
+
+    from spark_jobs.warehouse import Warehouse
 
     monkeypatch.setattr(audit.collector, "read_once", lambda clusters, registry, **kw: FakeStore(events))
-    wh = FakeWarehouse([manifest], counts)
-    report = cycle.reconcile_report(FakeSpark(), config(), wh)
-    assert json.loads(wh.files["mem://wh/_audit/report.json"]) == report
+    root = tmp_path / "wh"  # the same for every call: a second report replaces the first one's files
+    wh = Warehouse(None, root.as_uri())
+    wh.write_text(wh.path("_manifests", "load-000001.json"), json.dumps(manifest))
+    wh.write_text(wh.path("_audit", "counts", "load-000001.json"), json.dumps(counts))
+    report = cycle.reconcile_report(config(), wh)
+    assert json.loads((root / "_audit" / "report.json").read_text()) == report
+    table = pq.read_table(root / "_audit" / "report.parquet")  # a directory, as Spark writes it
+    assert table.num_rows == len(report["rows"])
+    assert sorted(table.column("window_start").to_pylist()) == sorted(r["window_start"] for r in report["rows"])
     return {r["window_start"]: r["status"] for r in report["rows"]}
 
 
-def test_windows_closed_between_the_plan_and_the_load_start_are_pending_not_lost(monkeypatch):
+def test_windows_closed_between_the_plan_and_the_load_start_are_pending_not_lost(monkeypatch, tmp_path):
     cut = (time.time() // 60 * 60) - 3600  # an hour ago, on a window boundary: every window below has closed
     cut_ms = int(cut * 1000)
     before, between, lost = cut_ms - 5 * WINDOW_MS, cut_ms + 10 * WINDOW_MS, cut_ms - 8 * WINDOW_MS
@@ -130,14 +113,14 @@ def test_windows_closed_between_the_plan_and_the_load_start_are_pending_not_lost
     counts = [counted(before, 0, 99), counted(lost, 300, 304)]
     manifest = {"load_id": 1, "ranges": {"clicks": {"0": [0, 105]}}, "planned_at": cut, "started_at": cut + 30,
                 "finished_at": cut + 40}
-    statuses = report_for(monkeypatch, manifest, events, counts)
+    statuses = report_for(monkeypatch, tmp_path, manifest, events, counts)
     assert statuses == {before: "complete", between: "pending", lost: "lost"}
 
     # a manifest written before plans recorded their cut: judged against the load's start, as before
     old = {k: v for k, v in manifest.items() if k != "planned_at"}
-    assert report_for(monkeypatch, old, events, counts) == {before: "complete", between: "lost", lost: "lost"}
+    assert report_for(monkeypatch, tmp_path, old, events, counts) == {before: "complete", between: "lost", lost: "lost"}
     old["started_at"] = cut + 5  # the window closed after that load started: pending
-    assert report_for(monkeypatch, old, events, counts)[between] == "pending"
+    assert report_for(monkeypatch, tmp_path, old, events, counts)[between] == "pending"
 
 
 def test_the_cut_time_and_the_pending_rule():

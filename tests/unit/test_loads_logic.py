@@ -99,9 +99,11 @@ def test_value_format_options():
     assert normalize({"valueformat": "confluent-avro"}) == {"valueFormat": "confluent-avro"}
 
 
-def test_the_dags_plan_and_reconcile_run_on_the_driver_master_and_the_load_on_spark_master(tmp_path, monkeypatch):
+def test_the_dags_plan_and_reconcile_start_no_spark_on_a_local_warehouse_and_the_driver_master_elsewhere(
+        tmp_path, monkeypatch):
     """On a cluster every session launches an executor per worker: the plan and reconcile tasks, whose work is
-    the driver's, take ``load.driver.master``; the load task takes ``spark.master``."""
+    the driver's, take ``load.driver.master``; the load task takes ``spark.master``. On a ``file://`` warehouse
+    plan and reconcile start no session at all (their Warehouse works on plain files)."""
     from spark_jobs import dag
     from spark_jobs import load as cycle
 
@@ -109,7 +111,7 @@ def test_the_dags_plan_and_reconcile_run_on_the_driver_master_and_the_load_on_sp
     config.write_text(f"bootstrap.servers=b:1\nschema.registry.url=http://r\nwarehouse.path={tmp_path}\n"
                       "spark.master=spark://m:7077\n")
     monkeypatch.setenv("LOGBUS_LOAD_CONFIG", str(config))
-    masters = []
+    masters, given = [], []
 
     class Session:
         def __init__(self, config, master=None):
@@ -119,9 +121,15 @@ def test_the_dags_plan_and_reconcile_run_on_the_driver_master_and_the_load_on_sp
             pass
 
     monkeypatch.setattr(cycle, "session", Session)
-    monkeypatch.setattr(cycle, "plan_step", lambda spark, config: {"load_id": 1, "ranges": {}})
-    monkeypatch.setattr(cycle, "load_step", lambda spark, config, planned: {"load_id": 1})
-    monkeypatch.setattr(cycle, "reconcile_step", lambda spark, config: {"rows": []})
+    monkeypatch.setattr(cycle, "plan_step", lambda spark, config: given.append(spark) or {"load_id": 1, "ranges": {}})
+    monkeypatch.setattr(cycle, "load_step", lambda spark, config, planned: given.append(spark) or {"load_id": 1})
+    monkeypatch.setattr(cycle, "reconcile_step", lambda spark, config: given.append(spark) or {"rows": []})
+    dag.load_step(dag.plan_step())
+    dag.reconcile_step()
+    assert masters == ["spark://m:7077"] and given[0] is None and given[2] is None
+    assert isinstance(given[1], Session)
+    config.write_text(config.read_text().replace(f"warehouse.path={tmp_path}", "warehouse.path=hdfs://nn:8020/wh"))
+    masters.clear()
     dag.load_step(dag.plan_step())
     dag.reconcile_step()
     assert masters == ["local[1]", "spark://m:7077", "local[1]"]
