@@ -12,9 +12,10 @@ acknowledged ones: at-least-once, as the record path.
 
 A partition keeps its number on the target when the partition counts match; otherwise source partition ``p``
 goes to ``p mod n`` (per-partition order kept). Faults: leadership moves and unreachable brokers on either side
-are retried in place with backoff (the batch is sent again: a duplicate at most, never a gap or a reordering);
-other refusals and corrupt source bytes raise, and the stream restarts from the committed offsets
-(:meth:`mirror.mirror.Mirror._stream`).
+are retried in place with backoff (the batch is sent again: a duplicate at most, never a gap or a reordering), and
+so are the look-ups of a newly assigned partition whose leader the source's metadata does not show yet (a topic
+created a moment ago; :func:`mirror.mirror.stoppable`); other refusals and corrupt source bytes raise, and the
+stream restarts from the committed offsets (:meth:`mirror.mirror.Mirror._stream`).
 """
 
 from __future__ import annotations

@@ -365,20 +365,41 @@ def source_event(m) -> bool:
     return True
 
 
-def stoppable(call, stop_event: threading.Event, total_s: float, slice_s: float = 2.0):
+# What a librdkafka look-up answers while what it needs is being found, not a fault of the copy: a slice that timed
+# out or a connection that dropped; a partition whose leader the client does not know yet (_UNKNOWN_PARTITION: a
+# topic created a moment ago, whose partitions a Metadata answer shows without a leader until the controller has
+# elected them; a leader that moved or died) or whose broker handle went with the metadata (_DESTROY_BROKER); a
+# group coordinator being found or loading. Asked again (:func:`stoppable`), not raised: a stream that failed on
+# them restarted for nothing and counted an error.
+TRANSIENT = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._UNKNOWN_PARTITION,
+                       KafkaError._DESTROY_BROKER, KafkaError._WAIT_COORD, KafkaError.LEADER_NOT_AVAILABLE,
+                       KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                       KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+_TIMEOUTS = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+
+
+def stoppable(call, stop_event: threading.Event, total_s: float, slice_s: float = 2.0, pause_s: float = 0.25):
     """``call(timeout)`` of a librdkafka API in slices of ``slice_s`` until it answers or ``total_s`` has passed:
     a slice that times out is asked again, unless the mirror is stopping. So a stop (SIGTERM) is seen within a
-    slice even while both clusters are away, instead of after the whole API timeout."""
+    slice even while both clusters are away, instead of after the whole API timeout. The other :data:`TRANSIENT`
+    errors come back at once: asked again after ``pause_s`` (librdkafka refreshes its metadata meanwhile). Any
+    other error, or one still there at ``total_s``, is raised."""
     deadline = time.monotonic() + total_s
+    logged = False
     while True:
         try:
             return call(max(0.1, min(slice_s, deadline - time.monotonic())))
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            timed_out = isinstance(error, KafkaError) and error.code() in (KafkaError._TIMED_OUT,
-                                                                           KafkaError._TRANSPORT)
-            if not timed_out or stop_event.is_set() or time.monotonic() >= deadline:
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code not in TRANSIENT or stop_event.is_set() or time.monotonic() >= deadline:
                 raise
+            if code not in _TIMEOUTS:
+                if not logged:
+                    log.info("%s; asking again for up to %.0f s", error.str(), max(deadline - time.monotonic(), 0))
+                    logged = True
+                stop_event.wait(max(0.0, min(pause_s, deadline - time.monotonic())))
 
 
 def _close(consumer: Consumer | None, producer: Producer | None) -> None:

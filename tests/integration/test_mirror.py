@@ -122,6 +122,13 @@ def target_count(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def warnings(mirror, limit: int = 40) -> str:
+    """The mirror log's warning and error lines (a stream that failed says why there), the last ``limit``."""
+    lines = [line for line in mirror.log_text().splitlines()
+             if any(word in line for word in ("WARNING", "ERROR", "failed", "Traceback"))]
+    return "\n".join(lines[-limit:]) or "(none)"
+
+
 def check_copy(source: dict[int, list], target: dict[int, list], runs: list | None = None) -> int:
     """Every source record is on the target, same partition, key, value, headers, timestamp, in order;
     returns the number of duplicates (re-sent around a crash). ``runs`` gets (partition, [(key, value, headers)])
@@ -179,7 +186,8 @@ def test_mirror_copies_every_partition_in_order_and_follows_new_topics(clusters,
         return counted if counted["records"] >= COUNT + 101 and counted["skipped_loops"] >= 1 else None
 
     counted = wait_until(stats, 30, interval=0.5, what="the mirror's stats counting the loop topic")
-    assert counted["records"] >= COUNT + 101 and counted["skipped_loops"] == 1 and counted["errors"] == 0
+    assert counted["records"] >= COUNT + 101 and counted["skipped_loops"] == 1 and counted["errors"] == 0, \
+        f"{counted}; the mirror's warnings:\n{warnings(mirror)}"
     # offset translation: a group half way through the source partitions
     group = Consumer({"bootstrap.servers": clusters["live"], "group.id": "reports", "enable.auto.commit": False})
     group.commit(offsets=[TopicPartition("pv", p, 1000) for p in range(3)], asynchronous=False)

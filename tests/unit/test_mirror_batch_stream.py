@@ -1,18 +1,22 @@
 """The whole-batch mirror stream's cycle with fakes for the group and the target: offsets are committed after
 every produce round, and a round whose commit the group refuses ends the cycle (a member dropped during a WAN cut
-used to copy the rest of a large fetch that its partitions' next owner then copied again)."""
+used to copy the rest of a large fetch that its partitions' next owner then copied again). A partition assigned
+before its leader is known (a source topic created a moment ago) gets its position once the leader is there,
+without failing the stream."""
 
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 from broker.protocol.batch_builder import build_batch, encode_record
 from mirror.batch_stream import BatchStream
 from mirror.batches import Provenance
-from mirror.mirror import Counters
+from mirror.mirror import Counters, stoppable
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 KEY = ("pv", 0)
@@ -161,3 +165,77 @@ def test_the_fetch_waits_as_the_consumer_config_says():
     capped = FakeMirror(set())
     capped.consumer_config = {"fetch.min.bytes": 262144, "max.partition.fetch.bytes": 65536}
     assert BatchStream(capped, 0, backoff=None).fetch_min_bytes == 65536
+
+
+def unknown_partition() -> KafkaException:
+    """What librdkafka's get_watermark_offsets raises at once while its metadata shows the partition without a
+    leader (seen with the mirror on a partition whose leader is away: the stream failed on it, again and again)."""
+    return KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,
+                                     "Failed to get watermark offsets: Local: Unknown partition"))
+
+
+def test_a_new_partition_whose_leader_is_not_known_yet_gets_its_position_without_failing_the_stream():
+    """CI: a topic created on the live cluster while the mirror ran; the group assigned its partitions while the
+    source's metadata still showed them without a leader, the ListOffsets of their starting position raised
+    _UNKNOWN_PARTITION, and the stream failed (an error, a restart) instead of asking again."""
+    m = FakeMirror(set())
+    m.wanted = lambda topic: True
+    m._source_partitions = lambda consumer, topic: 2
+    m.ensure_target = lambda topic, count: 2
+    no_metadata = SimpleNamespace(brokers={}, topics={})
+    m.target_admin = SimpleNamespace(list_topics=lambda timeout: no_metadata)
+    stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
+    asked: list = []
+
+    def watermarks(tp, timeout):
+        asked.append(tp.partition)
+        if len(asked) <= 2:
+            raise unknown_partition()
+        return 7, 9
+
+    stream.consumer = SimpleNamespace(
+        committed=lambda tps, timeout: [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in tps],
+        get_watermark_offsets=watermarks, list_topics=lambda timeout: no_metadata)
+    stream.assigned = [TopicPartition("clicks", 0), TopicPartition("clicks", 1)]
+    stream._start_assigned()
+    assert stream.positions == {("clicks", 0): 7, ("clicks", 1): 7}  # earliest: the low watermark
+    assert asked == [0, 0, 0, 1]
+    assert stream.target_of == {("clicks", 0): 0, ("clicks", 1): 1}
+
+
+def test_stoppable_asks_again_after_transient_errors_only_and_until_its_deadline_or_a_stop():
+    stop = threading.Event()
+    answers = iter([unknown_partition(), KafkaException(KafkaError(KafkaError._WAIT_COORD)), "answer"])
+
+    def call(timeout):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert stoppable(call, stop, 10, pause_s=0.01) == "answer"
+    refused = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    calls: list = []
+
+    def refuse(timeout):
+        calls.append(timeout)
+        raise refused
+
+    with pytest.raises(KafkaException) as raised:
+        stoppable(refuse, stop, 10, pause_s=0.01)
+    assert raised.value is refused and len(calls) == 1  # not transient: raised at once
+
+    def leaderless(timeout):
+        calls.append(timeout)
+        raise unknown_partition()
+
+    calls.clear()
+    started = time.monotonic()
+    with pytest.raises(KafkaException):
+        stoppable(leaderless, stop, 0.3, pause_s=0.05)  # still there at the deadline: raised
+    assert 0.3 <= time.monotonic() - started < 2 and len(calls) >= 3
+    calls.clear()
+    stop.set()
+    with pytest.raises(KafkaException):
+        stoppable(leaderless, stop, 10, pause_s=0.05)  # stopping: not asked again
+    assert len(calls) == 1
