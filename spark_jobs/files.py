@@ -6,9 +6,9 @@
   tasks, whose work is a few small files: no JVM to start for them (a Spark session's start-up was most of each
   task's time, see the README's load section).
 
-Both write a file to a temp name and rename it over the target, refuse to move onto an existing file (Hadoop's
-``rename`` answers false there), and list files without Hadoop's checksum side files (``.<name>.crc``, written by
-Hadoop's local filesystem beside each file). :class:`LocalFiles` deletes a file's side file when it replaces,
+Both write a file to a temp name and rename it over the target, move a file over an existing one on a local disk
+(Hadoop's local rename does; HDFS's answers false, an error), and list files without Hadoop's checksum side files
+(``.<name>.crc``, written by Hadoop's local filesystem beside each file). :class:`LocalFiles` deletes a file's side file when it replaces,
 moves or deletes the file: a stale checksum would make Hadoop refuse to read the new content.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 
 def is_local(url: str) -> bool:
@@ -87,11 +86,13 @@ class HadoopFiles:
 
 
 def _local(url: str) -> str:
-    """``file:///a/b``, ``file:/a/b`` (Hadoop's spelling in listings) or ``file://localhost/a/b`` → ``/a/b``."""
-    parsed = urlparse(url)
-    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
-        raise ValueError(f"not a local file URL: {url}")
-    return url2pathname(parsed.path)
+    """``file:///a/b``, ``file:/a/b`` (Hadoop's spelling in listings) or ``file://localhost/a/b`` → ``/a/b``,
+    taken literally as Hadoop's ``Path`` takes it: no percent-decoding (``file:///srv/wh%3D1`` is the directory
+    ``/srv/wh%3D1`` for the load's Hadoop calls too), no query or fragment."""
+    for prefix in ("file://localhost/", "file:///", "file:/"):
+        if url.startswith(prefix):
+            return "/" + url[len(prefix):].lstrip("/")
+    raise ValueError(f"not a local file URL: {url}")
 
 
 def _crc(path: str) -> str:
@@ -135,6 +136,7 @@ class LocalFiles:
             os.fsync(out.fileno())
         _unlink_quietly(_crc(local))
         os.replace(tmp, local)
+        _fsync_dir(os.path.dirname(local))
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
@@ -162,12 +164,25 @@ class LocalFiles:
         return sorted(n for n in os.listdir(local) if not _is_crc(n))
 
     def move(self, src: str, dst: str) -> None:
+        """As Hadoop's local rename: a file replaces an existing file (both are the same staged output when a
+        publication is finished again); a missing source or a directory in the way is refused."""
         source, target = _local(src), _local(dst)
-        if os.path.lexists(target) or not os.path.lexists(source):
+        if not os.path.lexists(source) or os.path.isdir(target):
             raise OSError(f"cannot move {src} to {dst}")
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.rename(source, target)
+        _unlink_quietly(_crc(target))
+        os.replace(source, target)
         _unlink_quietly(_crc(source))
+        _fsync_dir(os.path.dirname(target))
+
+
+def _fsync_dir(path: str) -> None:
+    """A rename lasts through a power loss once its directory is synced (as the broker's log files do)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _unlink_quietly(path: str) -> None:

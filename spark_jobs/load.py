@@ -224,14 +224,15 @@ def reconcile_report(config: LoadConfig, wh) -> dict:
 
 def write_report_parquet(wh, rows: list[dict]) -> None:
     """``_audit/report.parquet``: a directory of one Parquet file, as Spark writes one (Spark, pandas and pyarrow
-    read it), made by pyarrow (a report is small; no Spark job for it). Written beside, then swapped in."""
+    read it), made by pyarrow (a report is small; no Spark job for it), columns in name order as Spark's
+    ``createDataFrame`` of dicts made them. Written beside, then moved in place of the old one (not atomic: a crash
+    in between leaves no report until the next reconcile, as Spark's overwrite did)."""
     import io
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    flat = [{**{k: v for k, v in r.items() if k != "missing_sequences"},
-             "missing_sequences": json.dumps(r["missing_sequences"])} for r in rows]
+    flat = [dict(sorted({**r, "missing_sequences": json.dumps(r["missing_sequences"])}.items())) for r in rows]
     out = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(flat), out, compression="snappy")
     target = wh.path("_audit", "report.parquet")

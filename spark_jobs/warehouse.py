@@ -99,11 +99,12 @@ class Warehouse:
             else:
                 done.append(f"discarded the staging output of load {load_id}")
             self.delete(staging)
-        manifests = self.manifests()
         ledger = self.ledger()
-        if manifests and manifests[-1]["load_id"] > ledger["load_id"]:
-            self._advance(manifests[-1])
-            done.append(f"ledger advanced to load {manifests[-1]['load_id']}")
+        behind = [m for m in self.manifests() if m["load_id"] > ledger["load_id"]]
+        for manifest in behind:  # every one in order: a ledger lost mid-write (delete, then rename) starts at none
+            self._advance(manifest)
+        if behind:
+            done.append(f"ledger advanced to load {behind[-1]['load_id']}")
         return done
 
     def publish(self, load_id: int, manifest: dict) -> None:
@@ -113,8 +114,9 @@ class Warehouse:
         moves = []
         for kind, target_root in (("data", self.url), ("quarantine", self.path("_quarantine"))):
             root = f"{staging}/{kind}"
+            marker = f"/_staging/load-{load_id:06d}/{kind}/"  # not "/data/": the warehouse's own path may hold one
             for f in self.list_files(root):
-                rel = f[f.index(f"/{kind}/") + len(kind) + 2:]
+                rel = f[f.index(marker) + len(marker):]
                 directory, _, base = rel.rpartition("/")
                 if not base.endswith(".parquet") or "_temporary" in directory.split("/"):
                     continue  # _SUCCESS, .crc files, an uncommitted task's output

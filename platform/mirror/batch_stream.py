@@ -116,7 +116,17 @@ class BatchStream:
         self._refresh_target()
 
     def _starting_offsets(self, fresh: list[TopicPartition]) -> list[TopicPartition]:
-        return stoppable(lambda t: self.consumer.committed(fresh, t), self.m.stop_event, API_TIMEOUT_S)
+        """The committed offsets. A partition answered with an error (librdkafka puts it in ``tp.error`` instead of
+        raising) is raised inside the look-up: asked again if transient (:func:`mirror.mirror.stoppable`), else the
+        stream fails. Read as "nothing committed", it would start at ``auto.offset.reset``."""
+        def committed(timeout: float) -> list[TopicPartition]:
+            got = self.consumer.committed(fresh, timeout)
+            for tp in got:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+            return got
+
+        return stoppable(committed, self.m.stop_event, API_TIMEOUT_S)
 
     def _encode(self, key: Key, batch) -> list:
         return batch.encode_parts()

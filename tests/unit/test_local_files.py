@@ -25,8 +25,6 @@ def test_urls_in_both_spellings_and_listings_without_checksums(tmp_path):
     assert files.list_files(f"{url}/nothing") == [] and files.list_dir(f"{url}/nothing") == []
     assert files.read_bytes(f"{url}/nothing") is None and files.size(f"{url}/a") == 1
     assert is_local(url) and not is_local("hdfs://nn:8020/wh") and not is_local("/plain/path")
-    with pytest.raises(ValueError):
-        LocalFiles("hdfs://nn:8020/wh").exists("hdfs://nn:8020/wh/x")
 
 
 def test_a_replaced_moved_or_deleted_file_takes_its_checksum_along(tmp_path):
@@ -42,9 +40,14 @@ def test_a_replaced_moved_or_deleted_file_takes_its_checksum_along(tmp_path):
     files.move(f"{url}/part.parquet", f"{url}/topic=t/part.parquet")
     assert (tmp_path / "topic=t" / "part.parquet").read_bytes() == b"p"
     assert not (tmp_path / ".part.parquet.crc").exists()
+    (tmp_path / "again.parquet").write_bytes(b"p2")  # the same staged file, moved again by a finished publication
+    (tmp_path / "topic=t" / ".part.parquet.crc").write_bytes(b"checksum of p")
+    files.move(f"{url}/again.parquet", f"{url}/topic=t/part.parquet")  # over a file: replaced, as Hadoop's local
+    assert (tmp_path / "topic=t" / "part.parquet").read_bytes() == b"p2"  # rename does
+    assert not (tmp_path / "topic=t" / ".part.parquet.crc").exists()
     (tmp_path / "other").write_bytes(b"o")
-    with pytest.raises(OSError):  # onto an existing file: refused, as Hadoop's rename answers false
-        files.move(f"{url}/other", f"{url}/topic=t/part.parquet")
+    with pytest.raises(OSError):  # onto a directory: refused
+        files.move(f"{url}/other", f"{url}/topic=t")
     with pytest.raises(OSError):  # nothing to move
         files.move(f"{url}/gone", f"{url}/elsewhere")
     assert (tmp_path / "other").read_bytes() == b"o"
@@ -52,6 +55,18 @@ def test_a_replaced_moved_or_deleted_file_takes_its_checksum_along(tmp_path):
     files.delete(f"{url}/other")
     files.delete(f"{url}/topic=t")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["_ledger.json"]
+
+
+def test_paths_are_taken_literally_as_hadoop_takes_them(tmp_path):
+    """``Path.as_uri()`` percent-encodes (``=`` → ``%3D``); Hadoop's Path does not decode, so the load's files are
+    in the literal directory: the plain-file calls must find them there too."""
+    url = (tmp_path / "wh=1").as_uri()
+    assert "%3D" in url
+    LocalFiles(url).write_bytes(f"{url}/_ledger.json", b"{}")
+    assert (tmp_path / "wh%3D1" / "_ledger.json").read_bytes() == b"{}"
+    assert LocalFiles(url).list_files(url) == [f"{url}/_ledger.json"]
+    with pytest.raises(ValueError):
+        LocalFiles("hdfs://nn:8020/wh")
 
 
 def test_a_publication_left_by_a_killed_load_is_rolled_forward_without_spark(tmp_path):
@@ -78,3 +93,26 @@ def test_a_publication_left_by_a_killed_load_is_rolled_forward_without_spark(tmp
     assert wh.manifests() == [manifest] and wh.list_dir(wh.path("_staging")) == []
     with pytest.raises(ValueError):
         Warehouse(None, "hdfs://nn:8020/wh")
+
+
+def test_a_ledger_lost_mid_write_is_rebuilt_from_every_manifest(tmp_path):
+    """The Hadoop path replaces a file by delete, then rename: a kill in between leaves no ledger. Recovery folds
+    every published manifest in order, so partitions the last load did not touch keep their offsets."""
+    url = tmp_path.as_uri()
+    wh = Warehouse(None, url)
+    for manifest in ({"load_id": 1, "ranges": {"t": {"0": [0, 5], "1": [0, 7]}}},
+                     {"load_id": 2, "ranges": {"t": {"0": [5, 9]}}}):
+        wh.write_text(wh.path("_manifests", f"load-{manifest['load_id']:06d}.json"), json.dumps(manifest))
+    assert wh.recover() == ["ledger advanced to load 2"]
+    assert wh.ledger() == {"load_id": 2, "offsets": {"t": {"0": 9, "1": 7}}}
+
+
+def test_publication_under_a_warehouse_whose_own_path_holds_a_data_directory(tmp_path):
+    root = tmp_path / "data" / "wh"
+    wh = Warehouse(None, root.as_uri())
+    staged = root / "_staging" / "load-000001" / "data" / "topic=t" / "date=2026-11-29" / "hour=03"
+    staged.mkdir(parents=True)
+    (staged / "part-0.parquet").write_bytes(b"rows")
+    wh.publish(1, {"ranges": {"t": {"0": [0, 3]}}})
+    assert (root / "topic=t" / "date=2026-11-29" / "hour=03" / "load-000001-part-0.parquet").read_bytes() == b"rows"
+    assert wh.ledger() == {"load_id": 1, "offsets": {"t": {"0": 3}}}

@@ -203,39 +203,32 @@ def test_a_new_partition_whose_leader_is_not_known_yet_gets_its_position_without
     assert stream.target_of == {("clicks", 0): 0, ("clicks", 1): 1}
 
 
-def test_stoppable_asks_again_after_transient_errors_only_and_until_its_deadline_or_a_stop():
-    stop = threading.Event()
-    answers = iter([unknown_partition(), KafkaException(KafkaError(KafkaError._WAIT_COORD)), "answer"])
+def test_a_partition_whose_committed_offset_came_back_with_an_error_is_asked_again_or_fails_the_stream():
+    """librdkafka puts a partition's error in ``tp.error`` instead of raising: read as "nothing committed", the
+    partition would start at auto.offset.reset (with latest: records skipped). A transient error is asked again;
+    any other fails the stream."""
+    m = FakeMirror(set())
+    m.wanted = lambda topic: True
+    m._source_partitions = lambda consumer, topic: 2
+    m.ensure_target = lambda topic, count: 2
+    no_metadata = SimpleNamespace(brokers={}, topics={})
+    m.target_admin = SimpleNamespace(list_topics=lambda timeout: no_metadata)
+    stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
+    errors = [KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), None]
 
-    def call(timeout):
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    def committed(tps, timeout):
+        error = errors.pop(0) if errors else None
+        return [SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=3,  # tp.error: read-only
+                                error=error if tp.partition else None) for tp in tps]
 
-    assert stoppable(call, stop, 10, pause_s=0.01) == "answer"
-    refused = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
-    calls: list = []
+    stream.consumer = SimpleNamespace(committed=committed, list_topics=lambda timeout: no_metadata)
+    stream.assigned = [TopicPartition("clicks", 0), TopicPartition("clicks", 1)]
+    stream._start_assigned()
+    assert stream.positions == {("clicks", 0): 3, ("clicks", 1): 3} and errors == []
 
-    def refuse(timeout):
-        calls.append(timeout)
-        raise refused
-
-    with pytest.raises(KafkaException) as raised:
-        stoppable(refuse, stop, 10, pause_s=0.01)
-    assert raised.value is refused and len(calls) == 1  # not transient: raised at once
-
-    def leaderless(timeout):
-        calls.append(timeout)
-        raise unknown_partition()
-
-    calls.clear()
-    started = time.monotonic()
+    errors[:] = [KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)]
+    stream.positions.clear()
+    stream.assigned = [TopicPartition("clicks", 0), TopicPartition("clicks", 1)]
     with pytest.raises(KafkaException):
-        stoppable(leaderless, stop, 0.3, pause_s=0.05)  # still there at the deadline: raised
-    assert 0.3 <= time.monotonic() - started < 2 and len(calls) >= 3
-    calls.clear()
-    stop.set()
-    with pytest.raises(KafkaException):
-        stoppable(leaderless, stop, 10, pause_s=0.05)  # stopping: not asked again
-    assert len(calls) == 1
+        stream._start_assigned()
+    assert stream.positions == {}
