@@ -174,17 +174,22 @@ def unknown_partition() -> KafkaException:
                                      "Failed to get watermark offsets: Local: Unknown partition"))
 
 
-def test_a_new_partition_whose_leader_is_not_known_yet_gets_its_position_without_failing_the_stream():
-    """CI: a topic created on the live cluster while the mirror ran; the group assigned its partitions while the
-    source's metadata still showed them without a leader, the ListOffsets of their starting position raised
-    _UNKNOWN_PARTITION, and the stream failed (an error, a restart) instead of asking again."""
+def stream_of_a_new_topic() -> tuple[BatchStream, SimpleNamespace]:
+    """A stream whose mirror wants every topic, sees 2 partitions on both sides and no metadata yet."""
     m = FakeMirror(set())
     m.wanted = lambda topic: True
     m._source_partitions = lambda consumer, topic: 2
     m.ensure_target = lambda topic, count: 2
     no_metadata = SimpleNamespace(brokers={}, topics={})
     m.target_admin = SimpleNamespace(list_topics=lambda timeout: no_metadata)
-    stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
+    return BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None)), no_metadata
+
+
+def test_a_new_partition_whose_leader_is_not_known_yet_gets_its_position_without_failing_the_stream():
+    """CI: a topic created on the live cluster while the mirror ran; the group assigned its partitions while the
+    source's metadata still showed them without a leader, the ListOffsets of their starting position raised
+    _UNKNOWN_PARTITION, and the stream failed (an error, a restart) instead of asking again."""
+    stream, no_metadata = stream_of_a_new_topic()
     asked: list = []
 
     def watermarks(tp, timeout):
@@ -207,13 +212,7 @@ def test_a_partition_whose_committed_offset_came_back_with_an_error_is_asked_aga
     """librdkafka puts a partition's error in ``tp.error`` instead of raising: read as "nothing committed", the
     partition would start at auto.offset.reset (with latest: records skipped). A transient error is asked again;
     any other fails the stream."""
-    m = FakeMirror(set())
-    m.wanted = lambda topic: True
-    m._source_partitions = lambda consumer, topic: 2
-    m.ensure_target = lambda topic, count: 2
-    no_metadata = SimpleNamespace(brokers={}, topics={})
-    m.target_admin = SimpleNamespace(list_topics=lambda timeout: no_metadata)
-    stream = BatchStream(m, 0, backoff=SimpleNamespace(next=lambda: 0.0, reset=lambda: None))
+    stream, no_metadata = stream_of_a_new_topic()
     errors = [KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), None]
 
     def committed(tps, timeout):
@@ -232,3 +231,41 @@ def test_a_partition_whose_committed_offset_came_back_with_an_error_is_asked_aga
     with pytest.raises(KafkaException):
         stream._start_assigned()
     assert stream.positions == {}
+
+
+def test_stoppable_asks_again_after_transient_errors_only_and_until_its_deadline_or_a_stop():
+    stop = threading.Event()
+    answers = iter([unknown_partition(), KafkaException(KafkaError(KafkaError._WAIT_COORD)), "answer"])
+
+    def call(timeout):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert stoppable(call, stop, 10, pause_s=0.01) == "answer"
+    refused = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    calls: list = []
+
+    def refuse(timeout):
+        calls.append(timeout)
+        raise refused
+
+    with pytest.raises(KafkaException) as raised:
+        stoppable(refuse, stop, 10, pause_s=0.01)
+    assert raised.value is refused and len(calls) == 1  # not transient: raised at once
+
+    def leaderless(timeout):
+        calls.append(timeout)
+        raise unknown_partition()
+
+    calls.clear()
+    started = time.monotonic()
+    with pytest.raises(KafkaException):
+        stoppable(leaderless, stop, 0.3, pause_s=0.05)  # still there at the deadline: raised
+    assert 0.3 <= time.monotonic() - started < 2 and len(calls) >= 3
+    calls.clear()
+    stop.set()
+    with pytest.raises(KafkaException):
+        stoppable(leaderless, stop, 10, pause_s=0.05)  # stopping: not asked again
+    assert len(calls) == 1
