@@ -18,6 +18,8 @@ import os
 import shutil
 from urllib.parse import urlparse
 
+from broker.log.storage_errors import _fsync_dir, replace_file
+
 
 def is_local(url: str) -> bool:
     return urlparse(url).scheme == "file"
@@ -129,14 +131,8 @@ class LocalFiles:
     def write_bytes(self, path: str, data: bytes) -> None:
         local = _local(path)
         os.makedirs(os.path.dirname(local), exist_ok=True)
-        tmp = local + ".tmp"
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
         _unlink_quietly(_crc(local))
-        os.replace(tmp, local)
-        _fsync_dir(os.path.dirname(local))
+        replace_file(local, data)  # the broker's: temp file, fsync, rename, directory fsync
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
@@ -174,15 +170,6 @@ class LocalFiles:
         os.replace(source, target)
         _unlink_quietly(_crc(source))
         _fsync_dir(os.path.dirname(target))
-
-
-def _fsync_dir(path: str) -> None:
-    """A rename lasts through a power loss once its directory is synced (as the broker's log files do)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink_quietly(path: str) -> None:
