@@ -10,8 +10,14 @@ Layout: packages at the zip's root, so ``import spark_jobs`` and ``import mirror
     spark_jobs/...          the source (read() runs on executors), fetcher, bulk parser and Avro decoder
     broker/__init__.py      (empty: the parent package of broker.protocol)
     broker/protocol/...     record batches and Kafka's messages (spark_jobs.fetch, spark_jobs.columnar)
+    broker/log/storage_errors.py   (one module: the crash-safe file replace spark_jobs.files writes with)
     mirror/...              mirror.wire: the blocking Kafka client spark_jobs.fetch reads with
     settings/...            settings.registry_client: the registry client of spark_jobs.decode
+
+The zip is put ahead of the checkout on the driver's ``sys.path`` too, so a package's shipped part is all of it
+that the driver sees when the package is first imported after the session started: every module that
+``spark_jobs`` imports from ``broker`` must be in the zip (tests/unit/test_spark_packaging.py imports each
+``spark_jobs`` module that way).
 
 Only ``.py`` files; entries have a fixed timestamp and order, so the same sources make the same bytes. The zip is
 named by the SHA-256 of its entries (``logbus-pyfiles-<16 hex>.zip``) and kept in a cache directory: a second
@@ -29,10 +35,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORM = REPO / "platform"
-# (path inside the zip, directory it comes from): whole packages, each with every .py below it
+# (path inside the zip, where it comes from): whole packages, each with every .py below it, or one module
 PACKAGES: tuple[tuple[str, Path], ...] = (
     ("spark_jobs", REPO / "spark_jobs"),
     ("broker/protocol", PLATFORM / "broker" / "protocol"),
+    ("broker/log/storage_errors.py", PLATFORM / "broker" / "log" / "storage_errors.py"),
     ("mirror", PLATFORM / "mirror"),
     ("settings", PLATFORM / "settings"),
 )
@@ -45,15 +52,20 @@ def default_cache_dir() -> Path:
 
 
 def entries(packages: tuple[tuple[str, Path], ...] = PACKAGES) -> dict[str, Path]:
-    """{name in the zip: source file}, sorted by name; parents of nested packages get their ``__init__.py``."""
+    """{name in the zip: source file}, sorted by name; parents of nested packages and modules get their
+    ``__init__.py``."""
     out: dict[str, Path] = {}
     for prefix, directory in packages:
-        if not (directory / "__init__.py").is_file():
+        module = prefix.endswith(".py")  # one module of a package
+        if not module and not (directory / "__init__.py").is_file():
             raise FileNotFoundError(f"{directory} is not a Python package (no __init__.py)")
         parts = prefix.split("/")
         for depth in range(1, len(parts)):  # broker/protocol -> broker/__init__.py
             parent = directory.parents[len(parts) - 1 - depth] / "__init__.py"
             out["/".join(parts[:depth]) + "/__init__.py"] = parent
+        if module:
+            out[prefix] = directory
+            continue
         for path in directory.rglob("*.py"):
             rel = path.relative_to(directory)
             if "__pycache__" in rel.parts:

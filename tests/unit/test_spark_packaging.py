@@ -2,6 +2,9 @@
 anew when the code changes (that the executors' modules import from it alone: tests/integration/
 test_spark_cluster.py)."""
 
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -15,16 +18,45 @@ def test_the_packages_sit_at_the_zips_root_with_only_their_sources(tmp_path):
     path = packaging.build(tmp_path)
     names = zipfile.ZipFile(path).namelist()
     for name in ("spark_jobs/__init__.py", "spark_jobs/source.py", "spark_jobs/packaging.py", "broker/__init__.py",
-                 "broker/protocol/codec.py", "mirror/wire.py", "settings/registry_client.py"):
+                 "broker/protocol/codec.py", "mirror/wire.py", "settings/registry_client.py",
+                 "broker/log/__init__.py", "broker/log/storage_errors.py"):
         assert name in names
     assert all(n.endswith(".py") for n in names) and not any("__pycache__" in n for n in names)
-    assert not any(n.startswith(("broker/log/", "broker/server", "platform/", "tests/")) for n in names)
+    assert not any(n.startswith(("broker/server", "platform/", "tests/")) for n in names)
+    assert [n for n in names if n.startswith("broker/log/")] == ["broker/log/__init__.py", "broker/log/storage_errors.py"]
     assert names == sorted(names)
     expected = {f"spark_jobs/{p.relative_to(packaging.REPO / 'spark_jobs').as_posix()}"
                 for p in (packaging.REPO / "spark_jobs").rglob("*.py") if "__pycache__" not in p.parts}
     assert expected <= set(names)
     with zipfile.ZipFile(path) as zf:
         assert zf.read("mirror/wire.py") == (packaging.PLATFORM / "mirror" / "wire.py").read_bytes()
+
+
+def test_every_spark_jobs_module_imports_with_the_zip_ahead_of_the_checkout(tmp_path):
+    """The driver's view after ``addPyFile``: the zip first on ``sys.path``, so ``broker`` is the zip's package
+    when it is first imported after that. CI's failure of 1f4349a: spark_jobs.files imported
+    broker.log.storage_errors, not in the zip, and every ``logbus load`` failed with ModuleNotFoundError."""
+    path = packaging.build(tmp_path)
+    modules = sorted(f"spark_jobs.{p.stem}" for p in (packaging.REPO / "spark_jobs").glob("*.py")
+                     if p.stem not in ("__init__", "dag"))  # dag: Airflow's module, never on a Spark driver
+    probe = (f"import sys; sys.path.insert(0, {str(path)!r})\n"
+             f"import importlib\n"
+             f"for name in {modules!r}: importlib.import_module(name)\n"
+             f"import broker, spark_jobs\n"
+             f"assert broker.__file__.startswith({str(path)!r}), broker.__file__\n"
+             f"assert spark_jobs.__file__.startswith({str(path)!r}), spark_jobs.__file__\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=50,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(packaging.PLATFORM), str(packaging.REPO)])})
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_a_single_module_brings_its_packages_inits(tmp_path):
+    (tmp_path / "outer" / "inner").mkdir(parents=True)
+    for rel in ("outer/__init__.py", "outer/inner/__init__.py", "outer/inner/one.py", "outer/inner/two.py"):
+        (tmp_path / rel).write_text("")
+    names = list(packaging.entries((("outer/inner/one.py", tmp_path / "outer" / "inner" / "one.py"),)))
+    assert names == ["outer/__init__.py", "outer/inner/__init__.py", "outer/inner/one.py"]
 
 
 def test_unchanged_code_reuses_the_cached_zip(tmp_path):
