@@ -4,6 +4,7 @@ API, and the report at 100% for every closed window at every tier."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -43,17 +44,37 @@ def _polled(get):
     return predicate
 
 
-def wait_recovered(audit: str, since_ms: int, timeout: float = 240, http=requests) -> None:
+def short_rows(rows: list[dict], limit: int = 5) -> str:
+    """The rows short of 100% (figures and missing sequences), for a wait's failure message."""
+    keys = ("topic", "window_start", "window_end", "tier", "expected", "received", "missing", "status",
+            "missing_sequences")
+    short = [{k: r.get(k) for k in keys} for r in rows if r.get("completeness") != 100.0]
+    return f"{len(short)} row(s) short of 100%: {json.dumps(short[:limit])}" if short else "no row short of 100%"
+
+
+def wait_recovered(audit: str, since_ms: int, timeout: float = 240, http=requests,
+                   clusters: dict[str, str] | None = None) -> None:
     """Until the audit service shows, for windows closed since ``since_ms`` (at least two), 100% at both
-    cluster tiers. ``http``: a requests.Session with credentials and a CA for a secure topology."""
+    cluster tiers. ``http``: a requests.Session with credentials and a CA for a secure topology. On a timeout the
+    message names the rows last seen short of 100% and, with ``clusters`` (tier -> PLAINTEXT bootstrap), where
+    their missing records are in that tier's cluster (:func:`locate_missing`)."""
+    last: list[dict] = []
+
     def recovered():
         now = int(time.time() * 1000)
         rows = [r for r in http.get(f"{audit}/api/report", params={"from": since_ms}, timeout=30).json()
                 if r["window_start"] >= since_ms and r["window_end"] + GRACE_MS < now]
+        last[:] = rows
         return (len({r["window_start"] for r in rows}) >= 2 and {r["tier"] for r in rows} == {"live", "offline"}
                 and all(r["completeness"] == 100.0 for r in rows))
 
-    wait_until(_polled(recovered), timeout, interval=2, what="windows complete at the live and offline tiers")
+    try:
+        wait_until(_polled(recovered), timeout, interval=2, what="windows complete at the live and offline tiers")
+    except TimeoutError as exc:
+        where = [line for tier, bootstrap in sorted((clusters or {}).items())
+                 for line in locate_missing(bootstrap, [r for r in last if r["tier"] == tier])[:10]]
+        raise TimeoutError(f"{exc} (since {since_ms}; {len({r['window_start'] for r in last})} window(s) closed; "
+                           f"{short_rows(last)}; {where})") from None
 
 
 def trigger_dag(airflow: str, token: str) -> str:
@@ -150,3 +171,46 @@ def check_prometheus(url: str, jobs: set[str], timeout: float = 60) -> dict[str,
     wait_until(traffic, timeout, interval=2, what=f"traffic seen through Prometheus: {sums}")
     assert sums["registry_leaders"] == 1, sums
     return sums
+
+
+def locate_missing(bootstrap: str, rows: list[dict], timeout: float = 60) -> list[str]:
+    """For the rows short of 100%: where each missing (producer, sequence) is in the cluster at ``bootstrap``, read
+    from the start of the row's topic: "at partition/offset" (in the log: a count missed it) or "not in the log"
+    (the cluster never had it, or lost it). A failure's clue, so that a short window says which of the two it was."""
+    from audit.events import PRODUCER_HEADER, SEQUENCE_HEADER
+    from confluent_kafka import Consumer, TopicPartition
+
+    wanted: dict[str, set[tuple[str, int]]] = {}
+    for r in rows:
+        for producer, ranges in (r.get("missing_sequences") or {}).items():
+            for first, last in ranges:
+                wanted.setdefault(r["topic"], set()).update((producer, s) for s in range(first, min(last, first + 20) + 1))
+    found: dict[tuple[str, str, int], str] = {}
+    for topic, keys in wanted.items():
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "logbus-test-locate",
+                             "enable.auto.commit": False, "enable.partition.eof": True})
+        try:
+            parts = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+            consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+            done: set[int] = set()
+            deadline = time.monotonic() + timeout
+            while len(done) < len(parts) and time.monotonic() < deadline:
+                m = consumer.poll(1)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == m.error()._PARTITION_EOF:
+                        done.add(m.partition())
+                    continue
+                headers = dict(m.headers() or [])
+                producer = headers.get(PRODUCER_HEADER, b"").decode(errors="replace")
+                seq = headers.get(SEQUENCE_HEADER)
+                key = (producer, int(seq) if seq and seq.isdigit() else -1)
+                if key in keys:
+                    found[(topic, *key)] = f"at {m.partition()}/{m.offset()}"
+        except Exception as exc:  # noqa: BLE001 - a clue only
+            return [f"{topic}: not read: {exc}"]
+        finally:
+            consumer.close()
+    return [f"{topic} {producer} seq {seq}: {found.get((topic, producer, seq), 'not in the log')}"
+            for topic, keys in sorted(wanted.items()) for producer, seq in sorted(keys)]

@@ -381,7 +381,7 @@ def test_compose_up(tmp_path):
         figures["restart_s"] = time.monotonic() - t
         print(f"\nkill -9 of {', '.join(KILLED)}: restarted by Docker and healthy/running again after "
               f"{figures['restart_s']:.1f} s")
-        wait_recovered(audit, killed_at, timeout=300)  # the mirror caught up: complete again after the kill
+        wait_recovered(audit, killed_at, timeout=300, clusters={"live": live_brokers, "offline": offline_broker})  # the mirror caught up: complete again after the kill
         rows = requests.get(f"{audit}/api/report", params={"from": killed_at}, timeout=60).json()
         closed = [r for r in rows if r["window_end"] + GRACE_MS < int(time.time() * 1000)]
         assert closed and all(r["completeness"] == 100.0 and not r["missing"] for r in closed), closed[:5]

@@ -21,7 +21,8 @@ import pytest
 import requests
 from chaos import logbus
 from support import REPO, free_port, wait_until
-from topology_checks import GRACE_MS, SMALL_WINDOWS, WINDOW_MS, _polled, airflow_token, run_dag
+from topology_checks import (GRACE_MS, SMALL_WINDOWS, WINDOW_MS, _polled, airflow_token, locate_missing,
+                             run_dag, short_rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 SOURCES = ("live-east", "live-west")
@@ -34,20 +35,40 @@ def closed_rows(audit: str, since_ms: int) -> list[dict]:
             if r["window_start"] >= since_ms and r["window_end"] + GRACE_MS < now]
 
 
+def where_missing(rows: list[dict], broker_sets: dict[str, str]) -> list[str]:
+    """:func:`topology_checks.locate_missing` for each short row, in its tier's cluster (``offline/<source>`` and
+    ``warehouse...`` rows: the offline cluster, and the source's own cluster for a source's rows)."""
+    lines = []
+    for r in rows:
+        if r.get("completeness") == 100.0:
+            continue
+        tier = r["tier"]
+        dcs = [tier] if tier in broker_sets else ["offline"] + [d for d in SOURCES if tier.endswith("/" + d)]
+        for dc in dcs:
+            lines += [f"{tier} row, in {dc}: {line}" for line in locate_missing(broker_sets[dc], [r])[:6]]
+    return lines[:30]
+
+
 def wait_complete(audit: str, since_ms: int, tiers: set[str], until_ms: int | None = None,
-                  timeout: float = 300) -> list[dict]:
+                  timeout: float = 300, broker_sets: dict[str, str] | None = None) -> list[dict]:
     """Until at least two windows closed since ``since_ms`` (and ending before ``until_ms``) are 100% at every
-    tier of ``tiers`` (and those tiers have rows)."""
+    tier of ``tiers`` (and those tiers have rows). On a timeout the message names the rows last seen short."""
+    last: list[dict] = []
+
     def complete():
         rows = [r for r in closed_rows(audit, since_ms) if until_ms is None or r["window_end"] <= until_ms]
-        mine = [r for r in rows if r["tier"] in tiers]
+        mine = last[:] = [r for r in rows if r["tier"] in tiers]
         windows = {r["window_start"] for r in mine}
         if len(windows) >= 2 and {r["tier"] for r in mine} == tiers and all(r["completeness"] == 100.0
                                                                           for r in mine):
             return mine
         return None
 
-    return wait_until(_polled(complete), timeout, interval=2, what=f"windows complete at {sorted(tiers)}")
+    try:
+        return wait_until(_polled(complete), timeout, interval=2, what=f"windows complete at {sorted(tiers)}")
+    except TimeoutError as exc:
+        where = where_missing(last, broker_sets) if broker_sets else []
+        raise TimeoutError(f"{exc} (since {since_ms}; {short_rows(last)}; {where})") from None
 
 
 def _clues(state: Path) -> list[str]:
@@ -91,7 +112,7 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
         names = {s["name"] for s in status["services"]}
         assert {"offline-mirror-live-east", "offline-mirror-live-west", "live-east-frontend1",
                 "live-west-frontend1"} <= names
-        wait_complete(audit, started, CLUSTER_TIERS)
+        wait_complete(audit, started, CLUSTER_TIERS, broker_sets=broker_sets)
 
         # provenance: offline holds both sources' page views, each with its source's header; nothing went back
         consumer = Consumer({"bootstrap.servers": broker_sets["offline"], "group.id": "three-dc-check",
@@ -134,13 +155,14 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
             os.killpg(record["pid"], signal.SIGKILL)
         time.sleep(4 * WINDOW_MS / 1000 + GRACE_MS / 1000 + 4)
         back_at = int(time.time() * 1000)
-        during = wait_complete(audit, killed_at, {"live-east", "offline/live-east"}, until_ms=back_at - GRACE_MS)
+        during = wait_complete(audit, killed_at, {"live-east", "offline/live-east"}, until_ms=back_at - GRACE_MS,
+                               broker_sets=broker_sets)
         assert any(r["window_start"] >= killed_at for r in during)
         out = logbus("up", "--state-dir", str(state), timeout=900)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "live-west-broker1        started" in out.stdout, out.stdout
         # the returning datacenter catches up: every window since the kill, 100% at every tier
-        wait_complete(audit, killed_at, CLUSTER_TIERS, timeout=420)
+        wait_complete(audit, killed_at, CLUSTER_TIERS, timeout=420, broker_sets=broker_sets)
 
         # the warehouse against the sum of both sources
         airflow = f"http://127.{net}.2.50:{port['airflow']}"
@@ -153,7 +175,8 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
         bad = [r for r in closed if r["completeness"] != 100.0 or r["missing"]]
         # in full (a tuple's repr was cut to "..." in the CI of 4fbe610, which hid the window's figures)
         assert not bad, json.dumps({"bad": bad[:5], "started": started, "killed_at": killed_at, "back_at": back_at,
-                                    "cut": cut, "clues": _clues(state)}, indent=1, default=str)
+                                    "cut": cut, "clues": _clues(state),
+                                    "where": where_missing(bad[:5], broker_sets)}, indent=1, default=str)
         by = {(r["topic"], r["window_start"], r["tier"]): r for r in closed}
         summed = 0
         for (topic, start, tier), r in by.items():

@@ -87,6 +87,7 @@ def test_topology(tmp_path, topology_dir):
         wait_until(lambda: requests.get(f"{offline_registry}/schemas/ids/{schema_id}", timeout=10).status_code == 200,
                    60, interval=0.5, what="the read-only registry following the primary")
         live = ",".join(f"127.{net}.1.{i}:{topo['ports']['broker']}" for i in (1, 2, 3))
+        clusters = {"live": live, "offline": ",".join(f"127.{net}.2.{i}:{topo['ports']['broker']}" for i in (1, 2, 3))}
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": live})  # kept: a collected client fails its futures
@@ -95,7 +96,7 @@ def test_topology(tmp_path, topology_dir):
         ledger.progress("the ledger's first acknowledgements")
         audit = f"http://127.{net}.2.40:{topo['ports']['audit']}"
         time.sleep(3 * WINDOW_MS / 1000)  # demo traffic for a few windows
-        wait_recovered(audit, 0)
+        wait_recovered(audit, 0, clusters=clusters)
         check_prometheus(f"http://127.{net}.2.60:{topo['ports']['prometheus']}",
                          {"broker", "mirror", "counter", "lag", "audit", "registry", "loads", "prometheus"})
 
@@ -138,7 +139,8 @@ def test_topology(tmp_path, topology_dir):
         restarted = {n: s["last_exit"] for n, s in after.items()
                      if s["kind"] in ("zookeeper", "broker") and s["restarts"] and n != zk_leader}
         assert restarted == {}, f"ZooKeeper nodes or brokers restarted by their supervisors: {restarted}"
-        wait_recovered(audit, killed_at)  # the mirror caught up: offline complete again after the failures
+        # the mirror caught up: offline complete again after the failures
+        wait_recovered(audit, killed_at, clusters=clusters)
 
         # the chaos rounds: one random fault each, healed and recovered from before the next
         chaos = Chaos(state, audit, airflow, token, ledger, proxies, disk if mounted else None,
@@ -147,7 +149,7 @@ def test_topology(tmp_path, topology_dir):
         for number, kind in enumerate(chaos.plan(ROUNDS, kinds), 1):
             chaos.round(number, kind)
         chaos.wait_healthy()
-        wait_recovered(audit, killed_at)  # every window since the first failures: 100% at live and offline
+        wait_recovered(audit, killed_at, clusters=clusters)  # every window since the first failures: 100% at both
         ledger.stop()
         result = ledger.check()  # every acknowledged record readable, in order per partition, once
         assert result["acknowledged"] > 1000, result
