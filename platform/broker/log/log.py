@@ -159,7 +159,8 @@ class PartitionLog:
         idempotent = pid >= 0  # the producer state has nothing to say about the others
         if idempotent:
             transactional = control.is_transactional(summary.attributes)
-            self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional)
+            gapless = self.log_start_offset == 0 and "compact" not in self.config.cleanup_policy.split(",")
+            self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional, gapless)
         base = self.segments[-1].next_offset  # the log end offset
         each = None  # a list of batches: indexed one by one, as if appended one by one
         if type(data) is list:

@@ -4,6 +4,15 @@ batches, the first offset of its open transaction and the last coordinator epoch
 A batch whose (producer id, epoch, first and last sequence) matches one of the last five is a retry: it is
 answered with the offset it got the first time and not appended again. A gap in the sequence is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch with INVALID_PRODUCER_EPOCH. Per batch work only.
+
+A producer unknown to the partition may start at any sequence in Kafka (its earlier batches may have been deleted
+by retention). Here that leniency holds only where something could have been deleted: in a log that starts at
+offset 0 and is not compacted (``gapless``), a producer's first batch must start at sequence 0. Otherwise a gap at
+the start went through: librdkafka, whose first request to a partition failed (NOT_LEADER_OR_FOLLOWER while a
+new topic's leadership settled) while its next request was taken, counts the earlier records as delivered
+(``rd_kafka_dr_implicit_ack``: a later sequence acknowledged implies the earlier ones were), and they are lost.
+With the refusal librdkafka re-sends them in order (OUT_OF_ORDER_SEQUENCE_NUMBER behind a failed request is
+"retry" for it).
 The partition log snapshots this state (``producer.snapshot``: JSON, with the offset it covers) at every roll,
 checkpoint and clean shutdown, and after a restart or a truncation rebuilds it from the snapshot plus the batch
 headers written after it, so retries are recognised across restarts and leader changes.
@@ -62,12 +71,18 @@ class ProducerStateManager:
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self._closing: list[tuple[int, int]] = []  # (marker offset, first offset) of closed txns above the HW
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, transactional: bool = False) -> None:
-        """Raise if the batch must not be appended (duplicate, gap, fenced epoch, outside its transaction)."""
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, transactional: bool = False,
+              gapless: bool = False) -> None:
+        """Raise if the batch must not be appended (duplicate, gap, fenced epoch, outside its transaction).
+        ``gapless``: the partition has lost none of its batches (no retention, no compaction), so a producer it
+        does not know must start at sequence 0."""
         if producer_id < 0:
             return
         state = self._producers.get(producer_id)
         if state is None:
+            if gapless and first_seq != 0:
+                raise OutOfOrderSequence(f"producer {producer_id} has written nothing to this partition, whose log "
+                                         f"lost nothing: its first batch starts at sequence 0, not {first_seq}")
             return
         if epoch < state.epoch:
             raise InvalidProducerEpoch(f"epoch {epoch} is older than {state.epoch}")
