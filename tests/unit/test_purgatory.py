@@ -83,3 +83,23 @@ def test_waiting_produces_fail_when_leadership_moves_and_time_out_without_follow
         assert part._waiters == []
 
     asyncio.run(run())
+
+
+def test_a_follower_fetching_past_the_leaders_log_end_does_not_move_the_high_watermark():
+    """A follower with a tail this leader does not have (a former leader's uncommitted records) asks past the log
+    end: answered OFFSET_OUT_OF_RANGE, and no progress: counted, its offset raised the high watermark to the log
+    end over records it does not hold, and an acks=all produce was acknowledged on one copy."""
+    async def run():
+        part = leader(end=10, isr=(0, 1))
+        waiting = asyncio.ensure_future(part.wait_committed(10, timeout=30))
+        await asyncio.sleep(0)
+        part.record_follower_fetch(1, 15)
+        await asyncio.sleep(0)
+        assert part.log.high_watermark == 0 and not waiting.done()
+        part.record_follower_fetch(1, 6)  # truncated to where the logs agree, it fetches from there
+        assert part.log.high_watermark == 6
+        part.record_follower_fetch(1, 10)
+        await asyncio.sleep(0)
+        assert waiting.result() == ErrorCode.none and part.log.high_watermark == 10
+
+    asyncio.run(run())
