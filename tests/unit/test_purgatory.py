@@ -103,3 +103,23 @@ def test_a_follower_fetching_past_the_leaders_log_end_does_not_move_the_high_wat
         assert waiting.result() == ErrorCode.none and part.log.high_watermark == 10
 
     asyncio.run(run())
+
+
+def test_a_wait_that_starts_after_leadership_moved_fails_even_where_the_high_watermark_is_past_it():
+    """The produce handler appends, then waits on a later pass of the event loop (its waits gathered): when
+    leadership moved in between, the waiter missed fail_waiters, and a follower's high watermark (the new leader's
+    log: other records at those offsets, once truncated) must not acknowledge it. Nor a later epoch of this
+    broker's own leadership."""
+    async def run():
+        part = leader(end=5)
+        appended_at = part.leader_epoch
+        part.become_follower(1, 2, (1, 2), [0, 1, 2], zk_version=1, controller_epoch=1)
+        part.log.high_watermark = 8  # the new leader's, as a follower learns it
+        assert await part.wait_committed(5, timeout=30, leader_epoch=appended_at) == ErrorCode.not_leader_or_follower
+        part.become_leader(3, (0, 1, 2), [0, 1, 2], zk_version=2, controller_epoch=1)
+        part.log.high_watermark = 8
+        assert await part.wait_committed(5, timeout=30, leader_epoch=appended_at) == ErrorCode.not_leader_or_follower
+        assert await part.wait_committed(5, timeout=30, leader_epoch=3) == ErrorCode.none
+        assert part._waiters == []
+
+    asyncio.run(run())

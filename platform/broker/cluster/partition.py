@@ -136,8 +136,13 @@ class Partition:
         return True
 
     # ---- acks=all purgatory -----------------------------------------------------------------------------------
-    async def wait_committed(self, offset: int, timeout: float) -> ErrorCode:
-        """Wait until the high watermark reaches ``offset`` (the end of a produced batch)."""
+    async def wait_committed(self, offset: int, timeout: float, leader_epoch: int | None = None) -> ErrorCode:
+        """Wait until the high watermark reaches ``offset`` (the end of a produced batch). ``leader_epoch``: the
+        epoch this broker led at when it appended; if it no longer leads at that epoch, NOT_LEADER_OR_FOLLOWER at
+        once (a waiter not yet registered when leadership moved missed :meth:`fail_waiters`, and a follower's high
+        watermark, or a new epoch's, says nothing of what this broker appended)."""
+        if leader_epoch is not None and (not self.is_leader or self.leader_epoch != leader_epoch):
+            return ErrorCode.not_leader_or_follower
         if self.log.high_watermark >= offset:
             return ErrorCode.none
         future = asyncio.get_running_loop().create_future()

@@ -211,11 +211,14 @@ def append(broker, part: _Partition, awaited: bool) -> int:
     return plog.segments[-1].next_offset  # the log end offset
 
 
-async def wait_committed(broker, topic: str, partition: int, offset: int, timeout: float) -> ErrorCode:
+async def wait_committed(broker, topic: str, partition: int, offset: int, timeout: float,
+                         leader_epoch: int | None = None) -> ErrorCode:
+    """acks=all: until the ISR has ``offset``; ``leader_epoch``: the epoch this broker appended at (the wait
+    starts on a later pass of the event loop, after the appends: leadership may have moved in between)."""
     part = broker.cluster.partition(topic, partition)
     if part is None:
         return ErrorCode.not_leader_or_follower
-    error = await part.wait_committed(offset, timeout)
+    error = await part.wait_committed(offset, timeout, leader_epoch)
     if error == ErrorCode.none:
         info = broker.topics.get(topic)
         needed = int(info.configs.get("min.insync.replicas", broker.config["min.insync.replicas"])) if info else 1
@@ -273,7 +276,8 @@ def _append_all(broker, header, request, topics, admitted, awaited: bool):
     for part in admitted:
         end = append(broker, part, awaited)
         if end >= 0 and acks == ACKS_ALL and broker.cluster is not None:
-            waits.append((part.result, part.topic, part.index, end))
+            epoch = broker.cluster.partition(part.topic, part.index).leader_epoch  # led at when appended
+            waits.append((part.result, part.topic, part.index, end, epoch))
     if waits:
         return _wait_then_answer(broker, header, request, topics, waits)
     return _answer(header, acks, topics)
@@ -281,8 +285,9 @@ def _append_all(broker, header, request, topics, admitted, awaited: bool):
 
 async def _wait_then_answer(broker, header, request, topics, waits):
     timeout = max(ms(request.timeout), 0) / 1000
-    outcomes = await asyncio.gather(*(wait_committed(broker, t, p, end, timeout) for _, t, p, end in waits))
-    for (result, _, _, _), outcome in zip(waits, outcomes):
+    outcomes = await asyncio.gather(*(wait_committed(broker, t, p, end, timeout, epoch)
+                                      for _, t, p, end, epoch in waits))
+    for (result, *_), outcome in zip(waits, outcomes):
         if outcome != ErrorCode.none:
             result[1], result[2] = outcome.value, -1
             del result[5:]  # no log_append_time_ms
