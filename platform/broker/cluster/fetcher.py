@@ -215,20 +215,34 @@ class LeaderFetcher:
                     f.retry_at = time.monotonic() + self.broker.config["replica.fetch.backoff.ms"] / 1000
                     continue
                 plog = f.partition.log
-                if error != ErrorCode.none or p.end_offset < 0:
-                    target = plog.high_watermark  # no epoch information: the pre-KIP-101 rule
-                elif p.leader_epoch < plog.epochs.latest_epoch:
-                    own_end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)[1]
-                    target = min(p.end_offset, own_end if own_end >= 0 else plog.log_end_offset)
-                else:
-                    target = min(p.end_offset, plog.log_end_offset)
+                target, done = self._truncation_point(plog, error, p.leader_epoch, p.end_offset)
                 if target < plog.log_end_offset:
                     try:
                         plog.truncate_to(target)
                     except OSError as exc:
                         self._refused(f, exc)
                         continue
-                f.needs_truncation = False
+                else:  # an epoch stamped at the log end (a leadership that wrote nothing) is no common history
+                    plog.epochs.truncate_from_end(target)
+                f.needs_truncation = not done  # not done: ask again with the epoch now latest here (KIP-279)
+
+    @staticmethod
+    def _truncation_point(plog, error: ErrorCode, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
+        """(offset to truncate to, whether the logs agree up to it) from the leader's answer to OffsetForLeaderEpoch
+        for this replica's latest epoch: the largest epoch it has up to that one and where it ends there.
+
+        When this replica does not have that epoch itself, its records from its own largest epoch below it on were
+        written under leaders the leader never followed: cut them, and ask again about the epoch now latest here
+        (KIP-279: one answer is not enough after leaderships that changed in quick succession)."""
+        end = plog.log_end_offset
+        if error != ErrorCode.none or leader_end < 0:
+            return min(plog.high_watermark, end), True  # no epoch information: the pre-KIP-101 rule
+        own_epoch, own_end = plog.epochs.end_offset_for(leader_epoch, end)
+        if own_epoch < 0:  # this replica knows no epoch at or below the leader's: the leader's end it is
+            return min(leader_end, end), True
+        if own_epoch != leader_epoch:
+            return min(own_end, end), False
+        return min(own_end, leader_end, end), True
 
     async def _fetch(self, followed: dict[tuple[str, int], Followed]) -> None:
         cfg = self.broker.config

@@ -169,6 +169,12 @@ class ReplicaManager:
                 part.become_leader(state.leader_epoch, state.isr, replicas, state.version, state.controller_epoch)
                 log.info("leader of %s-%d (epoch %d, isr %s)", topic, index, state.leader_epoch, list(state.isr))
                 self.broker.notify_append(topic, index)
+            elif state.version < part.zk_version:
+                # older than the state this leader wrote itself (a watch's read that reached the loop after this
+                # broker's own write): applying it would bring back an old ISR, and the version every later
+                # proposal names would be stale, refused for ever with nothing new to watch
+                log.debug("%s-%d: state version %d is older than %d: ignored", topic, index, state.version,
+                          part.zk_version)
             else:
                 self.broker.metrics.isr_changed(part.isr, state.isr)  # the controller's (a broker died); ours: 0
                 part.isr, part.zk_version, part.replicas = state.isr, state.version, replicas
@@ -217,7 +223,8 @@ class ReplicaManager:
             state = znodes.PartitionState(self.broker_id, part.leader_epoch, isr, part.controller_epoch)
             stat = await self.zk.call(self.zk.client.set, znodes.state_path(part.topic, part.index),
                                       znodes.encode_state(state), version=part.zk_version)
-            if part.is_leader and part.leader_epoch == state.leader_epoch:
+            # unless a newer state reached this partition meanwhile (the controller's, through the watch)
+            if part.is_leader and part.leader_epoch == state.leader_epoch and stat.version > part.zk_version:
                 self.broker.metrics.isr_changed(part.isr, isr)
                 part.isr, part.zk_version = isr, stat.version
                 part.maybe_advance_high_watermark()
