@@ -27,7 +27,7 @@ from logbus import postgres
 from logbus.local import MARKER, airflow_healthy, leftovers
 from support import REPO, free_port, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(720)]
 
 DAG_ID = "logbus_sleeper"  # tests/dags/logbus_sleeper.py: one task sleeping 20 s, 2 retries
 

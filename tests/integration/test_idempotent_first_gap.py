@@ -3,11 +3,14 @@ nothing (:mod:`broker.log.producer_state`): the start-up loss it closes, with li
 new topic's partition refused (NOT_LEADER_OR_FOLLOWER while its leadership settled) while the next one, a later
 sequence, was taken; librdkafka then counts the first records as delivered (a later sequence acknowledged implies
 the earlier ones were: ``rd_kafka_dr_implicit_ack``) and they are never sent again. Here, on a real broker through
-the wire: the gap is refused with OUT_OF_ORDER_SEQUENCE_NUMBER (45) and nothing is written; the batches in order
+the wire: the gap is refused with UNKNOWN_PRODUCER_ID (59) and nothing is written; the batches in order
 are taken; a real client reads them all, in order. And with librdkafka itself, behind a proxy that answers its
 first Produce request to the topic with NOT_LEADER_OR_FOLLOWER once the next one is in flight, and forwards that
 next one: every acknowledged record is in the log, in order (before the fix, the first record was reported
-delivered, with no offset, and was not in the log)."""
+delivered, with no offset, and was not in the log). And a topic deleted and created again under a running
+librdkafka producer: its next records start past sequence 0 in a partition that never saw it; they are refused
+(UNKNOWN_PRODUCER_ID), librdkafka bumps its epoch and sends them again from 0, and all are delivered (refused
+with OUT_OF_ORDER_SEQUENCE_NUMBER, as first tried, the producer failed with a fatal error)."""
 
 import datetime
 import socket
@@ -52,7 +55,7 @@ def test_a_gap_at_a_producers_start_is_refused_and_the_batches_in_order_are_take
             producer_epoch=-1))
         assert pid.error_code.value == 0
         ident = (pid.producer_id, pid.producer_epoch)
-        assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"]))[0] == 45  # the gap: refused
+        assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"]))[0] == 59  # the gap: refused
         assert produce(client, "first-gap", idempotent_batch(*ident, 0, [b"a", b"b"])) == (0, 0)
         assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"])) == (0, 2)
         assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"])) == (0, 2)  # a retry: not again
@@ -205,3 +208,38 @@ def test_librdkafka_whose_first_request_is_refused_while_the_next_is_taken_loses
         proxy.close()
     assert [value for _, value in log] == [b"m%d" % i for i in range(6)], (log, acked)
     assert acked == {value: offset for offset, value in log}
+
+
+def test_a_topic_created_again_under_a_running_idempotent_producer_takes_its_next_records(broker):
+    from confluent_kafka import Producer
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a collected client fails its futures
+    admin.create_topics([NewTopic("again", 1, 1)])["again"].result(30)
+    errors, reports = [], []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "topic.metadata.refresh.interval.ms": 1000, "error_cb": errors.append})
+
+    def report(err, msg):
+        reports.append((err, msg.value()))
+
+    for i in range(5):
+        producer.produce("again", b"a%d" % i, on_delivery=report)
+    assert producer.flush(30) == 0 and [e for e, _ in reports] == [None] * 5
+    admin.delete_topics(["again"])["again"].result(30)
+    wait_until(lambda: "again" not in admin.list_topics(timeout=10).topics, 30, what="the topic deleted")
+    admin.create_topics([NewTopic("again", 1, 1)])["again"].result(30)
+    for i in range(5):
+        producer.produce("again", b"b%d" % i, on_delivery=report)
+    assert producer.flush(60) == 0
+    assert [(e, v) for e, v in reports[5:]] == [(None, b"b%d" % i) for i in range(5)], reports
+    assert not [e for e in errors if e.fatal()], [e.str() for e in errors]
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "again", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition("again", 0, 0)])
+        log = []
+        while (msg := consumer.poll(10)) is not None and not msg.error():
+            log.append(msg.value())
+    finally:
+        consumer.close()
+    assert log == [b"b%d" % i for i in range(5)]

@@ -188,9 +188,17 @@ def cluster_conf(ui_port: int) -> dict[str, str]:
             "spark.executor.cores": "1", "spark.cores.max": "2"}
 
 
-def rest(port: int, path: str):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=15) as response:
+def rest(port: int, path: str, timeout: float = 60):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=timeout) as response:
         return json.loads(response.read())
+
+
+def rest_or_none(port: int, path: str, timeout: float = 15):
+    """``rest``, or None while the driver's UI is not up yet or is slow to answer (a loaded machine: CI)."""
+    try:
+        return rest(port, path, timeout)
+    except OSError:
+        return None
 
 
 def executors_of_app(ui_port: int) -> list[dict]:
@@ -263,11 +271,11 @@ def test_a_cluster_load_with_an_executor_killed_mid_load_reads_on_both_workers_a
         """As soon as an executor finished a task of the load: ``kill -9`` of its JVM, found by its executor
         id and application id among the workers' children."""
         try:
-            app = wait_until(lambda: rest(ui, "applications"), 120, interval=0.2, what="the application's UI")
+            app = wait_until(lambda: rest_or_none(ui, "applications"), 120, interval=0.2,
+                             what="the application's UI")
             while not done.is_set():
-                try:
-                    executors = rest(ui, f"applications/{app[0]['id']}/executors")
-                except OSError:  # the driver's UI slow to answer on a loaded machine (CI): ask again
+                executors = rest_or_none(ui, f"applications/{app[0]['id']}/executors")
+                if executors is None:  # the driver's UI slow to answer on a loaded machine (CI): ask again
                     time.sleep(0.2)
                     continue
                 busy = [e for e in executors if e["id"] != "driver" and e["completedTasks"] > 0]

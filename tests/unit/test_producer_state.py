@@ -4,6 +4,7 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
     ProducerStateManager,
+    UnknownProducer,
 )
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
@@ -34,13 +35,13 @@ def test_a_producer_new_to_a_partition_that_lost_nothing_starts_at_sequence_0():
     that lost nothing (``gapless``) it is refused; where retention or compaction may have deleted the producer's
     batches, any first sequence is taken, as in Kafka."""
     state = ProducerStateManager()
-    with pytest.raises(OutOfOrderSequence, match="starts at sequence 0, not 2"):
+    with pytest.raises(UnknownProducer, match="starts at sequence 0, not 2"):
         state.check(7, 0, 2, 2, gapless=True)
     state.check(7, 0, 2, 2)  # the log may have lost its earlier batches: taken
     state.check(7, 0, 0, 1, gapless=True)
     state.update(7, 0, 0, 1, base_offset=0)
     state.check(7, 0, 2, 2, gapless=True)  # known now: its next sequence
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(UnknownProducer):
         state.check(8, 0, 5, 5, transactional=True, gapless=True)
     state.check(-1, -1, -1, -1, gapless=True)  # non-idempotent batches are never checked
 
@@ -61,7 +62,7 @@ def test_the_partition_log_refuses_a_first_gap_unless_it_may_have_lost_batches(t
         return plog.append(data, records.validate(data, 1 << 20))
 
     plog = PartitionLog(str(tmp_path / "plain"), "t", 0, LogConfig())
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(UnknownProducer):
         append(plog, batch(42, 2, 1))
     assert plog.log_end_offset == 0  # nothing written
     assert append(plog, batch(42, 0, 2)) == 0 and append(plog, batch(42, 2, 1)) == 2

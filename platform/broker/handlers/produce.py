@@ -47,6 +47,7 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     InvalidTxnState,
     OutOfOrderSequence,
+    UnknownProducer,
 )
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import produce_response, records, validation
@@ -184,6 +185,9 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         return dup.base_offset + 1
     except OutOfOrderSequence as exc:
         part.fail(ErrorCode.out_of_order_sequence_number, str(exc), plog.log_start_offset)
+        return -1
+    except UnknownProducer as exc:
+        part.fail(ErrorCode.unknown_producer_id, str(exc), plog.log_start_offset)
         return -1
     except InvalidProducerEpoch as exc:
         part.fail(ErrorCode.invalid_producer_epoch, str(exc), plog.log_start_offset)

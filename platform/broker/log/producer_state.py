@@ -11,8 +11,12 @@ offset 0 and is not compacted (``gapless``), a producer's first batch must start
 the start went through: librdkafka, whose first request to a partition failed (NOT_LEADER_OR_FOLLOWER while a
 new topic's leadership settled) while its next request was taken, counts the earlier records as delivered
 (``rd_kafka_dr_implicit_ack``: a later sequence acknowledged implies the earlier ones were), and they are lost.
-With the refusal librdkafka re-sends them in order (OUT_OF_ORDER_SEQUENCE_NUMBER behind a failed request is
-"retry" for it).
+The refusal is UNKNOWN_PRODUCER_ID (Kafka's answer when it has no state to check a producer's sequence against).
+librdkafka, for a request that is not a retry and follows the last one acknowledged or refused, then bumps its
+epoch and sends its unacknowledged records again from sequence 0, in order: the refused first request's records
+too, and, after a topic was deleted and created again under a running producer, the records it still had to send.
+(OUT_OF_ORDER_SEQUENCE_NUMBER, tried first, is a fatal error for librdkafka at the head of the line: the topic
+created again.)
 The partition log snapshots this state (``producer.snapshot``: JSON, with the offset it covers) at every roll,
 checkpoint and clean shutdown, and after a restart or a truncation rebuilds it from the snapshot plus the batch
 headers written after it, so retries are recognised across restarts and leader changes.
@@ -43,6 +47,10 @@ class DuplicateSequence(Exception):
 
 class OutOfOrderSequence(Exception):
     pass
+
+
+class UnknownProducer(Exception):
+    """A producer's first batch in a partition that lost nothing does not start at sequence 0."""
 
 
 class InvalidProducerEpoch(Exception):
@@ -81,7 +89,7 @@ class ProducerStateManager:
         state = self._producers.get(producer_id)
         if state is None:
             if gapless and first_seq != 0:
-                raise OutOfOrderSequence(f"producer {producer_id} has written nothing to this partition, whose log "
+                raise UnknownProducer(f"producer {producer_id} has written nothing to this partition, whose log "
                                          f"lost nothing: its first batch starts at sequence 0, not {first_seq}")
             return
         if epoch < state.epoch:
