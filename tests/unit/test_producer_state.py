@@ -16,7 +16,7 @@ def test_duplicates_gaps_and_epochs():
     state.update(7, 0, 0, 4, base_offset=100)
     with pytest.raises(DuplicateSequence) as dup:
         state.check(7, 0, 0, 4)
-    assert dup.value.base_offset == 100
+    assert (dup.value.base_offset, dup.value.last_offset) == (100, 104)  # acks=all waits for all of it
     with pytest.raises(OutOfOrderSequence):
         state.check(7, 0, 9, 9)
     state.check(7, 0, 5, 5)

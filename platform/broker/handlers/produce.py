@@ -182,7 +182,7 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         base = plog.append(part.data, part.outcome)
     except DuplicateSequence as dup:
         part.result[1:] = [ErrorCode.none.value, dup.base_offset, plog.log_start_offset, None]
-        return dup.base_offset + 1
+        return dup.last_offset + 1  # acks=all: answered once the whole stored batch is committed
     except OutOfOrderSequence as exc:
         part.fail(ErrorCode.out_of_order_sequence_number, str(exc), plog.log_start_offset)
         return -1

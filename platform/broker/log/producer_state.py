@@ -40,9 +40,12 @@ MAX_CACHED_BATCHES = 5
 
 
 class DuplicateSequence(Exception):
-    def __init__(self, base_offset: int):
+    """The batch is stored already: at ``base_offset`` .. ``last_offset`` (one offset per sequence number)."""
+
+    def __init__(self, base_offset: int, last_offset: int | None = None):
         super().__init__(base_offset)
         self.base_offset = base_offset
+        self.last_offset = base_offset if last_offset is None else last_offset
 
 
 class OutOfOrderSequence(Exception):
@@ -102,7 +105,7 @@ class ProducerStateManager:
             return
         for first, last, offset in state.batches:
             if first == first_seq and last == last_seq:
-                raise DuplicateSequence(offset)
+                raise DuplicateSequence(offset, offset + last - first)
         expected = (state.batches[-1][1] + 1) % 2**31 if state.batches else 0
         if first_seq != expected:
             raise OutOfOrderSequence(f"expected sequence {expected}, got {first_seq}")
