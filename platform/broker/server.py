@@ -21,6 +21,7 @@ from broker.log.cleaner import LogCleaner
 from broker.log.log import LogConfig, PartitionLog
 from broker import limits
 from broker.log.manager import LogManager
+from broker.log.refused_sequences import RefusedSequences
 from broker.log.storage_errors import incidents, replace_file
 from broker.metadata import topic_configs
 from broker.metadata.topics import (
@@ -77,6 +78,7 @@ class Broker:
         self.authorizer = AclAuthorizer.from_broker(self)  # None: every request allowed
         self.metrics = BrokerMetrics()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.refused_sequences = RefusedSequences()  # idempotent batches refused with retriable errors
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
         self._stopping = asyncio.Event()

@@ -1,17 +1,21 @@
-"""An idempotent producer's first batch in a partition must start at sequence 0 when the partition has lost
-nothing (:mod:`broker.log.producer_state`): the start-up loss it closes, with librdkafka, is a first request to a
-new topic's partition refused (NOT_LEADER_OR_FOLLOWER while its leadership settled) while the next one, a later
+"""A producer's first batch in a partition cannot start past a sequence this broker refused there a moment ago
+(:mod:`broker.log.refused_sequences`). The start-up loss this closes, with librdkafka: a first request to a new
+topic's partition refused (NOT_LEADER_OR_FOLLOWER while its leadership settled) while the next one, a later
 sequence, was taken; librdkafka then counts the first records as delivered (a later sequence acknowledged implies
-the earlier ones were: ``rd_kafka_dr_implicit_ack``) and they are never sent again. Here, on a real broker through
-the wire: the gap is refused with UNKNOWN_PRODUCER_ID (59) and nothing is written; the batches in order
-are taken; a real client reads them all, in order. And with librdkafka itself, behind a proxy that answers its
-first Produce request to the topic with NOT_LEADER_OR_FOLLOWER once the next one is in flight, and forwards that
-next one: every acknowledged record is in the log, in order (before the fix, the first record was reported
-delivered, with no offset, and was not in the log). And a topic deleted and created again under a running
-librdkafka producer: its next records start past sequence 0 in a partition that never saw it; they are refused
-(UNKNOWN_PRODUCER_ID), librdkafka bumps its epoch and sends them again from 0, and all are delivered (refused
-with OUT_OF_ORDER_SEQUENCE_NUMBER, as first tried, the producer failed with a fatal error)."""
+the earlier ones were: ``rd_kafka_dr_implicit_ack``) and they are never sent again.
 
+- On a real broker through the wire: a batch refused (its topic did not exist yet), then the gap behind it is
+  OUT_OF_ORDER_SEQUENCE_NUMBER (45) and nothing is written; the batches in order are taken; a producer with no
+  refusal starts at any sequence, as in Kafka; a real client reads them all, in order.
+- With librdkafka itself, behind a proxy that holds its first Produce request to the topic until the next one is in
+  flight, then lets the broker refuse it (KAFKA_STORAGE_ERROR: a full disk), then forwards the next one: every
+  acknowledged record is in the log, in order (without the refusal's memory the first record is reported
+  delivered and is not in the log).
+- A topic deleted and created again under a running librdkafka producer: its next records start past sequence 0 in
+  a partition that never saw it, and are taken, as Kafka takes them (a first version of the check, which refused
+  any first batch past sequence 0 in a log that lost nothing, made that a fatal error for librdkafka)."""
+
+import contextlib
 import datetime
 import socket
 import struct
@@ -44,21 +48,28 @@ def produce(client: RawClient, topic: str, data: bytes) -> tuple[int, int]:
     return answer.error_code.value, answer.base_offset
 
 
-def test_a_gap_at_a_producers_start_is_refused_and_the_batches_in_order_are_taken(broker):
+def test_a_gap_behind_a_refused_first_batch_is_refused_and_the_batches_in_order_are_taken(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a collected client fails its futures
-    admin.create_topics([NewTopic("first-gap", 1, 1)])["first-gap"].result(30)
     client = RawClient(broker.host, broker.port)
     try:
         m = request_module(22, 4)
-        pid = client.request(22, 4, m.InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
-            producer_epoch=-1))
-        assert pid.error_code.value == 0
-        ident = (pid.producer_id, pid.producer_epoch)
-        assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"]))[0] == 59  # the gap: refused
+
+        def producer_id():
+            pid = client.request(22, 4, m.InitProducerIdRequest(
+                transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+                producer_epoch=-1))
+            assert pid.error_code.value == 0
+            return pid.producer_id, pid.producer_epoch
+
+        ident = producer_id()
+        assert produce(client, "first-gap", idempotent_batch(*ident, 0, [b"a", b"b"]))[0] == 3  # no topic yet
+        admin.create_topics([NewTopic("first-gap", 1, 1)])["first-gap"].result(30)
+        assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"]))[0] == 45  # the gap: refused
         assert produce(client, "first-gap", idempotent_batch(*ident, 0, [b"a", b"b"])) == (0, 0)
         assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"])) == (0, 2)
         assert produce(client, "first-gap", idempotent_batch(*ident, 2, [b"c"])) == (0, 2)  # a retry: not again
+        other = producer_id()  # nothing of it refused here: any first sequence, as in Kafka
+        assert produce(client, "first-gap", idempotent_batch(*other, 7, [b"d"])) == (0, 3)
     finally:
         client.close()
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "first-gap", "enable.auto.commit": False,
@@ -74,25 +85,28 @@ def test_a_gap_at_a_producers_start_is_refused_and_the_batches_in_order_are_take
             got.append((msg.offset(), msg.value()))
     finally:
         consumer.close()
-    assert got == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert got == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
 
 
 class RefusingProxy:
     """A TCP proxy in front of one broker (advertised as the broker's address, so the client's every connection
-    goes through it). Of the Produce requests to ``topic`` it holds the first until the next one arrives, answers
-    the held one itself with NOT_LEADER_OR_FOLLOWER (what a broker answers while a new topic's leadership settles),
-    then forwards the next one: a first request refused while a later one is taken."""
+    goes through it). Of the Produce requests to ``topic`` it holds the first until the next one arrives; then,
+    with ``refusing()`` in force (a full disk under the broker), it forwards the held one and waits for the
+    broker's answer to it (a retriable error), ends ``refusing()`` and forwards the next one: a first request refused
+    by the broker while a later one reaches it."""
 
-    def __init__(self, upstream: tuple[str, int], topic: str):
-        from broker.protocol import produce_request, produce_response
+    def __init__(self, upstream: tuple[str, int], topic: str, refusing):
+        from broker.protocol import produce_request
 
-        self.decode, self.encode = produce_request.decode, produce_response.encode
-        self.upstream, self.topic = upstream, topic
+        self.decode = produce_request.decode
+        self.upstream, self.topic, self.refusing = upstream, topic, refusing
         self.port = free_port()
         self.listener = socket.create_server(("127.0.0.1", self.port))
         self.sockets: list[socket.socket] = [self.listener]
         self.held = threading.Event()
         self.refused = threading.Event()
+        self.first: dict = {}  # the held request's correlation id, version and the broker's answer to it
+        self.first_answered = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
@@ -105,19 +119,22 @@ class RefusingProxy:
                 client, _ = self.listener.accept()
                 broker = socket.create_connection(self.upstream)
                 self.sockets += [client, broker]
-                lock = threading.Lock()
-                threading.Thread(target=self._down, args=(broker, client, lock), daemon=True).start()
-                threading.Thread(target=self._up, args=(client, broker, lock), daemon=True).start()
+                threading.Thread(target=self._down, args=(broker, client), daemon=True).start()
+                threading.Thread(target=self._up, args=(client, broker), daemon=True).start()
         except OSError:
             pass
 
-    @staticmethod
-    def _down(broker: socket.socket, client: socket.socket, lock: threading.Lock) -> None:
+    def _down(self, broker: socket.socket, client: socket.socket) -> None:
         try:
-            while data := broker.recv(65536):
-                with lock:
-                    client.sendall(data)
-        except OSError:
+            while True:
+                size = _exactly(broker, 4)
+                frame = _exactly(broker, struct.unpack(">i", size)[0])
+                client.sendall(size + frame)
+                if self.first and struct.unpack(">i", frame[:4])[0] == self.first["correlation"] \
+                        and not self.first_answered.is_set():
+                    self.first["answer"] = frame
+                    self.first_answered.set()
+        except (OSError, ConnectionError):
             pass
 
     def _produce_topics(self, frame: bytes) -> tuple[int, int, list] | None:
@@ -127,7 +144,7 @@ class RefusingProxy:
         pos = 10 + max(struct.unpack(">h", frame[8:10])[0], 0) + (1 if version >= 9 else 0)  # client id, tags
         return version, correlation, self.decode(version, frame, pos).topic_data
 
-    def _up(self, client: socket.socket, broker: socket.socket, lock: threading.Lock) -> None:
+    def _up(self, client: socket.socket, broker: socket.socket) -> None:
         held = None
         try:
             while True:
@@ -137,15 +154,13 @@ class RefusingProxy:
                 if produce is None or [t.name for t in produce[2]] != [self.topic]:
                     broker.sendall(size + frame)
                 elif held is None:
-                    held = produce
+                    held = (size, frame, produce)
                     self.held.set()
                 else:
-                    version, correlation, topics = held
-                    answer = self.encode(version, correlation, [(t.name, [(p.index, 6, -1, -1, "refused by the test")
-                                                                           for p in t.partition_data])
-                                                                for t in topics])
-                    with lock:
-                        client.sendall(answer)
+                    with self.refusing():
+                        self.first.update(correlation=held[2][1], version=held[2][0])
+                        broker.sendall(held[0] + held[1])
+                        self.first_answered.wait(30)
                     self.refused.set()
                     broker.sendall(size + frame)
         except (OSError, ConnectionError):
@@ -164,9 +179,22 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 
 def test_librdkafka_whose_first_request_is_refused_while_the_next_is_taken_loses_nothing(tmp_path):
     from confluent_kafka import Producer
+    from test_full_disk import SmallDisks, fill
 
-    broker = BrokerProcess(tmp_path / "broker", num_partitions=1)
-    proxy = RefusingProxy((broker.host, broker.port), "refused-first")
+    disks = SmallDisks()
+    logs = disks.mount(tmp_path / "logs")
+
+    @contextlib.contextmanager
+    def disk_full():
+        filler = fill(logs)
+        try:
+            yield
+        finally:
+            filler.unlink()
+
+    broker = BrokerProcess(tmp_path / "broker", num_partitions=1, log_dirs=str(logs / "logs"))
+    disks.owners.append(broker)
+    proxy = RefusingProxy((broker.host, broker.port), "refused-first", disk_full)
     broker.settings["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{proxy.port}"
     broker.start()
     try:
@@ -204,8 +232,12 @@ def test_librdkafka_whose_first_request_is_refused_while_the_next_is_taken_loses
         finally:
             consumer.close()
     finally:
-        broker.stop()
+        disks.close()
         proxy.close()
+    from broker.protocol.codec import decode_response
+
+    _, answer = decode_response(0, proxy.first["version"], proxy.first["answer"])
+    assert [p.error_code.value for t in answer.responses for p in t.partition_responses] == [56]  # KAFKA_STORAGE_ERROR
     assert [value for _, value in log] == [b"m%d" % i for i in range(6)], (log, acked)
     assert acked == {value: offset for offset, value in log}
 

@@ -4,7 +4,6 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
     ProducerStateManager,
-    UnknownProducer,
 )
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
@@ -28,25 +27,25 @@ def test_duplicates_gaps_and_epochs():
     state.check(-1, -1, -1, -1)  # non-idempotent batches are never checked
 
 
-def test_a_producer_new_to_a_partition_that_lost_nothing_starts_at_sequence_0():
+def test_a_producer_new_to_a_partition_cannot_start_past_a_sequence_refused_here():
     """A gap at a producer's start: librdkafka's first request to a new topic's partition refused
     (NOT_LEADER_OR_FOLLOWER) while its next, sequence 2, was taken; librdkafka then counted the first records as
-    delivered (a later sequence acknowledged implies the earlier ones were) and they were lost. In a partition
-    that lost nothing (``gapless``) it is refused; where retention or compaction may have deleted the producer's
-    batches, any first sequence is taken, as in Kafka."""
+    delivered (a later sequence acknowledged implies the earlier ones were) and they were lost. Where the broker
+    refused an earlier sequence a moment ago (``refused_seq``) it is refused; otherwise any first sequence is
+    taken, as in Kafka (retention may have deleted the producer's batches; its topic may have been created again)."""
     state = ProducerStateManager()
-    with pytest.raises(UnknownProducer, match="starts at sequence 0, not 2"):
-        state.check(7, 0, 2, 2, gapless=True)
-    state.check(7, 0, 2, 2)  # the log may have lost its earlier batches: taken
-    state.check(7, 0, 0, 1, gapless=True)
+    with pytest.raises(OutOfOrderSequence, match="sequence 0 was refused here: its first batch cannot start at 2"):
+        state.check(7, 0, 2, 2, refused_seq=0)
+    state.check(7, 0, 2, 2)  # nothing refused: taken, as Kafka does
+    state.check(7, 0, 0, 1, refused_seq=0)  # the refused batch itself, again
     state.update(7, 0, 0, 1, base_offset=0)
-    state.check(7, 0, 2, 2, gapless=True)  # known now: its next sequence
-    with pytest.raises(UnknownProducer):
-        state.check(8, 0, 5, 5, transactional=True, gapless=True)
-    state.check(-1, -1, -1, -1, gapless=True)  # non-idempotent batches are never checked
+    state.check(7, 0, 2, 2, refused_seq=0)  # known now: its next sequence
+    with pytest.raises(OutOfOrderSequence):
+        state.check(8, 0, 5, 5, transactional=True, refused_seq=3)
+    state.check(-1, -1, -1, -1, refused_seq=0)  # non-idempotent batches are never checked
 
 
-def test_the_partition_log_refuses_a_first_gap_unless_it_may_have_lost_batches(tmp_path):
+def test_the_partition_log_refuses_a_first_batch_past_a_refused_sequence_and_nothing_else(tmp_path):
     from broker.log.log import LogConfig, PartitionLog
     from broker.protocol import records
     from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -58,16 +57,41 @@ def test_the_partition_log_refuses_a_first_gap_unless_it_may_have_lost_batches(t
             b.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=b"v%d" % i, headers=[])
         return bytes(b.build())
 
-    def append(plog, data):
-        return plog.append(data, records.validate(data, 1 << 20))
+    def append(plog, data, refused_seq=-1):
+        return plog.append(data, records.validate(data, 1 << 20), refused_seq)
 
     plog = PartitionLog(str(tmp_path / "plain"), "t", 0, LogConfig())
-    with pytest.raises(UnknownProducer):
-        append(plog, batch(42, 2, 1))
+    with pytest.raises(OutOfOrderSequence):
+        append(plog, batch(42, 2, 1), refused_seq=0)
     assert plog.log_end_offset == 0  # nothing written
-    assert append(plog, batch(42, 0, 2)) == 0 and append(plog, batch(42, 2, 1)) == 2
-    compacted = PartitionLog(str(tmp_path / "compacted"), "t", 0, LogConfig(cleanup_policy="compact"))
-    assert append(compacted, batch(42, 2, 1)) == 0  # the cleaner may have removed the producer's batches
-    trimmed = PartitionLog(str(tmp_path / "trimmed"), "t", 0, LogConfig())
-    trimmed.reset_to(5)  # starts past 0 (a follower reset behind its leader's log start): batches may be gone
-    assert append(trimmed, batch(42, 2, 1)) == 5
+    assert append(plog, batch(42, 0, 2), refused_seq=0) == 0 and append(plog, batch(42, 2, 1), refused_seq=0) == 2
+    assert append(plog, batch(43, 7, 1)) == 3  # no refusal: a first batch at any sequence, as in Kafka
+
+
+def test_refusals_are_remembered_per_producer_and_epoch_bounded_and_forgotten():
+    from broker.log.refused_sequences import RefusedSequences
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    def batch(pid: int, epoch: int, first_seq: int) -> memoryview:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                      producer_epoch=epoch, base_sequence=first_seq, batch_size=1 << 20)
+        b.append(0, timestamp=1_700_000_000_000, key=None, value=b"v", headers=[])
+        return memoryview(bytes(b.build()))
+
+    refused = RefusedSequences(capacity=2, ttl_s=60)
+    assert not refused
+    refused.refused("t", 0, batch(-1, -1, -1))  # not idempotent: nothing to remember
+    refused.refused("t", 0, b"short")
+    refused.refused("t", 0, None)
+    assert not refused
+    refused.refused("t", 0, batch(7, 1, 4))
+    refused.refused("t", 0, batch(7, 1, 2))  # the lowest is kept
+    refused.refused("t", 0, batch(7, 1, 6))
+    assert refused.lowest("t", 0, 7, 1) == 2 and refused.lowest("t", 0, 7, 0) == -1 and refused.lowest("t", 1, 7, 1) == -1
+    refused.taken("t", 0, 7, 1)
+    assert refused.lowest("t", 0, 7, 1) == -1 and not refused
+    for pid in (1, 2, 3):  # at most two kept: the oldest goes
+        refused.refused("t", 0, batch(pid, 0, 0))
+    assert [refused.lowest("t", 0, pid, 0) for pid in (1, 2, 3)] == [-1, 0, 0]
+    refused.ttl_s = 0
+    assert refused.lowest("t", 0, 2, 0) == -1  # too old: forgotten

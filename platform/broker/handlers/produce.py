@@ -47,7 +47,6 @@ from broker.log.producer_state import (
     InvalidProducerEpoch,
     InvalidTxnState,
     OutOfOrderSequence,
-    UnknownProducer,
 )
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import produce_response, records, validation
@@ -81,25 +80,32 @@ class _Partition:
         self.result[1:] = [error.value, -1, start, message]
 
 
+def refuse(broker, part: _Partition, error: ErrorCode, message: str | None = None, start: int = -1) -> None:
+    """A retriable refusal (the records were not written): remembered for an idempotent producer, whose later
+    sequence must not pass for its first batch here (:mod:`broker.log.refused_sequences`)."""
+    part.fail(error, message, start)
+    broker.refused_sequences.refused(part.topic, part.index, part.data)
+
+
 def admit(broker, part: _Partition, acks: int) -> bool:
     """The checks before validation: topic, partition, leadership, ISR. False (and an error) if one fails."""
     info = broker.topics.get(part.topic)
     if info is None or not 0 <= part.index < info.partitions:
-        part.fail(ErrorCode.unknown_topic_or_partition)
+        refuse(broker, part, ErrorCode.unknown_topic_or_partition)
         return False
     if part.data is None:
         part.fail(ErrorCode.invalid_record, "null record set")
         return False
     error, plog = broker.leader_log(part.topic, part.index)
     if plog is None:
-        part.fail(error)
+        refuse(broker, part, error)
         return False
     if acks == ACKS_ALL and broker.cluster is not None:
         isr = broker.cluster.partition(part.topic, part.index).isr
         needed = int(info.configs.get("min.insync.replicas", broker.config["min.insync.replicas"]))
         if len(isr) < needed:
-            part.fail(ErrorCode.not_enough_replicas, f"ISR {list(isr)} is smaller than min.insync.replicas={needed}",
-                      plog.log_start_offset)
+            refuse(broker, part, ErrorCode.not_enough_replicas,
+                   f"ISR {list(isr)} is smaller than min.insync.replicas={needed}", plog.log_start_offset)
             return False
     part.plog = plog
     config = plog.config  # a topic's log config (TopicLogConfig), refreshed whenever its configs change
@@ -172,22 +178,26 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         return -1
     if awaited:  # deleted, or leadership moved, while the records were checked?
         if broker.topics.get(part.topic) is None:
-            part.fail(ErrorCode.unknown_topic_or_partition)
+            refuse(broker, part, ErrorCode.unknown_topic_or_partition)
             return -1
         error, current = broker.leader_log(part.topic, part.index)
         if current is not plog:
-            part.fail(error if current is None else ErrorCode.not_leader_or_follower)
+            refuse(broker, part, error if current is None else ErrorCode.not_leader_or_follower)
             return -1
+    refused = broker.refused_sequences
     try:
-        base = plog.append(part.data, part.outcome)
+        if refused:  # this broker refused some producer's batch a moment ago (rare): is it this one's?
+            summary = part.outcome
+            seq = refused.lowest(part.topic, part.index, summary.producer_id, summary.producer_epoch)
+            base = plog.append(part.data, summary, seq)
+            refused.taken(part.topic, part.index, summary.producer_id, summary.producer_epoch)
+        else:
+            base = plog.append(part.data, part.outcome)
     except DuplicateSequence as dup:
         part.result[1:] = [ErrorCode.none.value, dup.base_offset, plog.log_start_offset, None]
         return dup.last_offset + 1  # acks=all: answered once the whole stored batch is committed
     except OutOfOrderSequence as exc:
         part.fail(ErrorCode.out_of_order_sequence_number, str(exc), plog.log_start_offset)
-        return -1
-    except UnknownProducer as exc:
-        part.fail(ErrorCode.unknown_producer_id, str(exc), plog.log_start_offset)
         return -1
     except InvalidProducerEpoch as exc:
         part.fail(ErrorCode.invalid_producer_epoch, str(exc), plog.log_start_offset)
@@ -200,7 +210,7 @@ def append(broker, part: _Partition, awaited: bool) -> int:
         return -1
     except OSError as exc:
         incidents.failed(f"appends to {log_dir_of(plog.dir)}", exc, f"{part.topic}-{part.index}")
-        part.fail(ErrorCode.kafka_storage_error, str(exc), plog.log_start_offset)
+        refuse(broker, part, ErrorCode.kafka_storage_error, str(exc), plog.log_start_offset)
         return -1
     if incidents.any:
         incidents.succeeded(f"appends to {log_dir_of(plog.dir)}")

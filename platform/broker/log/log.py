@@ -150,17 +150,17 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # ---- writes -------------------------------------------------------------------------------------------
-    def append(self, data, summary: records.BatchSummary) -> int:
+    def append(self, data, summary: records.BatchSummary, refused_seq: int = -1) -> int:
         """Append validated batches (``data``: whole batches in one buffer, or a list of buffers of one batch
-        each); returns the base offset assigned to the first one."""
+        each); returns the base offset assigned to the first one. ``refused_seq``: see
+        :meth:`ProducerStateManager.check`."""
         pid, epoch = summary.producer_id, summary.producer_epoch
         if summary.control:
             raise records.InvalidRecord("control batches are written by the broker, not by clients")
         idempotent = pid >= 0  # the producer state has nothing to say about the others
         if idempotent:
             transactional = control.is_transactional(summary.attributes)
-            gapless = self.log_start_offset == 0 and "compact" not in self.config.cleanup_policy.split(",")
-            self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional, gapless)
+            self.producers.check(pid, epoch, summary.base_sequence, summary.last_sequence, transactional, refused_seq)
         base = self.segments[-1].next_offset  # the log end offset
         each = None  # a list of batches: indexed one by one, as if appended one by one
         if type(data) is list:

@@ -5,18 +5,9 @@ A batch whose (producer id, epoch, first and last sequence) matches one of the l
 answered with the offset it got the first time and not appended again. A gap in the sequence is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch with INVALID_PRODUCER_EPOCH. Per batch work only.
 
-A producer unknown to the partition may start at any sequence in Kafka (its earlier batches may have been deleted
-by retention). Here that leniency holds only where something could have been deleted: in a log that starts at
-offset 0 and is not compacted (``gapless``), a producer's first batch must start at sequence 0. Otherwise a gap at
-the start went through: librdkafka, whose first request to a partition failed (NOT_LEADER_OR_FOLLOWER while a
-new topic's leadership settled) while its next request was taken, counts the earlier records as delivered
-(``rd_kafka_dr_implicit_ack``: a later sequence acknowledged implies the earlier ones were), and they are lost.
-The refusal is UNKNOWN_PRODUCER_ID (Kafka's answer when it has no state to check a producer's sequence against).
-librdkafka, for a request that is not a retry and follows the last one acknowledged or refused, then bumps its
-epoch and sends its unacknowledged records again from sequence 0, in order: the refused first request's records
-too, and, after a topic was deleted and created again under a running producer, the records it still had to send.
-(OUT_OF_ORDER_SEQUENCE_NUMBER, tried first, is a fatal error for librdkafka at the head of the line: the topic
-created again.)
+A producer unknown to the partition may start at any sequence, as in Kafka (its earlier batches may have been
+deleted by retention), unless this broker refused an earlier sequence of it here a moment ago
+(:mod:`broker.log.refused_sequences`): then its first batch past that one is OUT_OF_ORDER_SEQUENCE_NUMBER.
 The partition log snapshots this state (``producer.snapshot``: JSON, with the offset it covers) at every roll,
 checkpoint and clean shutdown, and after a restart or a truncation rebuilds it from the snapshot plus the batch
 headers written after it, so retries are recognised across restarts and leader changes.
@@ -52,10 +43,6 @@ class OutOfOrderSequence(Exception):
     pass
 
 
-class UnknownProducer(Exception):
-    """A producer's first batch in a partition that lost nothing does not start at sequence 0."""
-
-
 class InvalidProducerEpoch(Exception):
     pass
 
@@ -83,17 +70,17 @@ class ProducerStateManager:
         self._closing: list[tuple[int, int]] = []  # (marker offset, first offset) of closed txns above the HW
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, transactional: bool = False,
-              gapless: bool = False) -> None:
+              refused_seq: int = -1) -> None:
         """Raise if the batch must not be appended (duplicate, gap, fenced epoch, outside its transaction).
-        ``gapless``: the partition has lost none of its batches (no retention, no compaction), so a producer it
-        does not know must start at sequence 0."""
+        ``refused_seq``: the lowest sequence of this producer and epoch the broker refused here a moment ago with a
+        retriable error (-1: none); a producer the partition does not know cannot start past it."""
         if producer_id < 0:
             return
         state = self._producers.get(producer_id)
         if state is None:
-            if gapless and first_seq != 0:
-                raise UnknownProducer(f"producer {producer_id} has written nothing to this partition, whose log "
-                                         f"lost nothing: its first batch starts at sequence 0, not {first_seq}")
+            if 0 <= refused_seq < first_seq:
+                raise OutOfOrderSequence(f"producer {producer_id} has nothing here and its batch at sequence "
+                                         f"{refused_seq} was refused here: its first batch cannot start at {first_seq}")
             return
         if epoch < state.epoch:
             raise InvalidProducerEpoch(f"epoch {epoch} is older than {state.epoch}")
