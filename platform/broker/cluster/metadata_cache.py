@@ -148,7 +148,7 @@ class ClusterMetadata:
         if data is None:
             self.states.pop((topic, partition), None)
         else:
-            self.states[(topic, partition)] = znodes.decode_state(data, stat.version)
+            self.states[(topic, partition)] = znodes.decode_state(data, stat.version, stat.czxid)
         if topic in self.topics:
             self.on_partition(topic, partition)
         self._touch()

@@ -38,6 +38,7 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.replicas: list[int] = []
         self.zk_version = -1
+        self.zk_created = -1  # the state znode's creation zxid: (zk_created, zk_version) orders its reads
         self.followers: dict[int, FollowerState] = {}
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self.isr_update_pending = False

@@ -167,17 +167,20 @@ class ReplicaManager:
             if not part.is_leader or part.leader_epoch != state.leader_epoch:
                 self._stop_following(key)
                 part.become_leader(state.leader_epoch, state.isr, replicas, state.version, state.controller_epoch)
+                part.zk_created = state.created
                 log.info("leader of %s-%d (epoch %d, isr %s)", topic, index, state.leader_epoch, list(state.isr))
                 self.broker.notify_append(topic, index)
-            elif state.version < part.zk_version:
-                # older than the state this leader wrote itself (a watch's read that reached the loop after this
-                # broker's own write): applying it would bring back an old ISR, and the version every later
-                # proposal names would be stale, refused for ever with nothing new to watch
-                log.debug("%s-%d: state version %d is older than %d: ignored", topic, index, state.version,
-                          part.zk_version)
             else:
-                self.broker.metrics.isr_changed(part.isr, state.isr)  # the controller's (a broker died); ours: 0
-                part.isr, part.zk_version, part.replicas = state.isr, state.version, replicas
+                if state.age >= (part.zk_created, part.zk_version):
+                    self.broker.metrics.isr_changed(part.isr, state.isr)  # the controller's (a broker died); ours: 0
+                    part.isr, part.zk_version, part.zk_created = state.isr, state.version, state.created
+                else:
+                    # older than the state this leader wrote itself (a watch's read that reached the loop after
+                    # this broker's own write): applying it would bring back an old ISR, and the version every
+                    # later proposal names would be stale, refused for ever with nothing new to watch
+                    log.debug("%s-%d: state %s is older than %s: its ISR is ignored", topic, index, state.age,
+                              (part.zk_created, part.zk_version))
+                part.replicas = replicas
                 for r in replicas:
                     if r != self.broker_id:
                         part.followers.setdefault(r, FollowerState())
@@ -187,6 +190,7 @@ class ReplicaManager:
             changed = part.is_leader or part.leader_id != state.leader or part.leader_epoch != state.leader_epoch
             part.become_follower(state.leader, state.leader_epoch, state.isr, replicas, state.version,
                                  state.controller_epoch)
+            part.zk_created = state.created
             if changed:
                 self._stop_following(key)
                 if state.leader >= 0:
@@ -224,12 +228,13 @@ class ReplicaManager:
             stat = await self.zk.call(self.zk.client.set, znodes.state_path(part.topic, part.index),
                                       znodes.encode_state(state), version=part.zk_version)
             # unless a newer state reached this partition meanwhile (the controller's, through the watch)
-            if part.is_leader and part.leader_epoch == state.leader_epoch and stat.version > part.zk_version:
+            if part.is_leader and part.leader_epoch == state.leader_epoch \
+                    and (stat.czxid, stat.version) > (part.zk_created, part.zk_version):
                 self.broker.metrics.isr_changed(part.isr, isr)
-                part.isr, part.zk_version = isr, stat.version
+                part.isr, part.zk_version, part.zk_created = isr, stat.version, stat.czxid
                 part.maybe_advance_high_watermark()
                 self.broker.notify_append(part.topic, part.index)
-            log.info("%s-%d: ISR is now %s", part.topic, part.index, list(isr))
+                log.info("%s-%d: ISR is now %s", part.topic, part.index, list(isr))
             return True
         except (BadVersionError, NoNodeError):
             return False  # the controller changed the state; its watch brings the new one

@@ -150,10 +150,17 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int
     version: int = -1  # the znode's version, for conditional writes
+    created: int = -1  # the znode's creation zxid (czxid): a state znode made again is newer at any version
+
+    @property
+    def age(self) -> tuple[int, int]:
+        """Orders two reads of a partition's state znode: the later one is the larger."""
+        return self.created, self.version
 
     def with_(self, **changes) -> "PartitionState":
         values = {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": self.isr,
-                  "controller_epoch": self.controller_epoch, "version": self.version, **changes}
+                  "controller_epoch": self.controller_epoch, "version": self.version, "created": self.created,
+                  **changes}
         values["isr"] = tuple(values["isr"])
         return PartitionState(**values)
 
@@ -163,10 +170,10 @@ def encode_state(s: PartitionState) -> bytes:
                   "leader_epoch": s.leader_epoch, "isr": list(s.isr)})
 
 
-def decode_state(data: bytes, version: int) -> PartitionState:
+def decode_state(data: bytes, version: int, created: int = -1) -> PartitionState:
     obj = json.loads(data)
     return PartitionState(int(obj["leader"]), int(obj["leader_epoch"]), tuple(obj["isr"]),
-                          int(obj["controller_epoch"]), version)
+                          int(obj["controller_epoch"]), version, created)
 
 
 # ---- /controller, /config/topics/<topic> ------------------------------------------------------------------
