@@ -92,6 +92,7 @@ class LatencyProbe:
     def __init__(self, broker):
         self.client = RawClient(broker.host, broker.port, timeout=30)
         self.worst = 0.0
+        self.answers: list[float] = []  # when each round trip ended (time.monotonic())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -100,8 +101,13 @@ class LatencyProbe:
         while not self._stop.is_set():
             started = time.monotonic()
             self.client.request(3, 1, m.MetadataRequest(topics=()))
-            self.worst = max(self.worst, time.monotonic() - started)
+            ended = time.monotonic()
+            self.answers.append(ended)
+            self.worst = max(self.worst, ended - started)
             time.sleep(0.01)
+
+    def answered_between(self, start: float, end: float) -> int:
+        return sum(1 for t in self.answers if start < t < end)
 
     def __enter__(self):
         self._thread.start()
@@ -157,9 +163,12 @@ def test_a_million_partitions_is_a_policy_violation_and_big_creations_do_not_sta
     print(f"2,000 partitions created in {took * 1000:.0f} ms; longest Metadata round trip meanwhile "
           f"{probe.worst * 1000:.0f} ms")
     # it yields between small batches: others wait a fraction of the creation, not all of it. A creation done in one
-    # loop pass would hold every Metadata answer for all of it (worst ~ took). Half of it is the bound: in loaded CI
-    # hours 1.09 s against 1 s, and 1.35 s against a third of 3.69 s, were seen while the loop did yield.
-    assert probe.worst < max(1.0, took / 2), (probe.worst, took)
+    # loop pass would hold every Metadata answer for all of it (worst ~ took, one answer at most meanwhile). On a
+    # loaded machine (CI beside other suites) the probe's own round trips were seen at 1.35 s of a 3.69 s creation
+    # and 1.71 s of 2.61 s while the loop did yield: three quarters of the creation is the bound, and answers must
+    # have come while it ran.
+    assert probe.worst < max(1.0, took * 0.75), (probe.worst, took)
+    assert took < 0.5 or probe.answered_between(began, began + took) >= 2, (probe.answers[-20:], began, took)
     assert broker.alive() and serves(broker)
     broker.kill9()
     broker.start()

@@ -78,24 +78,32 @@ def feed(bootstrap: str, topic: str, count: int) -> None:
 
 def kill_in_a_transaction(mirror, clusters, topic: str, fed: list[int]) -> None:
     """kill -9 the mirror while a transaction of it is open on the target: some partition's high watermark
-    (read_uncommitted) is past its last stable offset (read_committed). A mirror that has already copied the
-    backlog (fast on a quiet machine) is fed more records until one is seen open; ``fed[0]`` counts them all."""
+    (read_uncommitted) is past its last stable offset (read_committed), before the kill and still after it (a
+    transaction that ended between the look and the kill, likelier on a loaded machine, does not count: the mirror
+    is started again and the next one is waited for). A mirror that has already copied the backlog (fast on a quiet
+    machine) is fed more records until one is seen open; ``fed[0]`` counts them all."""
     bootstrap = clusters["offline"]
     committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
     uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+
+    def open_now() -> bool:
+        return any(uncommitted.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] >
+                   committed.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(3))
+
     try:
         deadline = time.monotonic() + 90
         next_feed = time.monotonic() + 2
         while True:
-            if any(uncommitted.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] >
-                   committed.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(3)):
-                break
+            if open_now():
+                mirror.kill9()
+                if open_now():  # nothing can end it now but the next InitProducerId or its timeout
+                    return
+                mirror.start()
             assert time.monotonic() < deadline, "no open transaction of the mirror seen"
             if time.monotonic() > next_feed:
                 feed(clusters["live"], topic, 20_000)
                 fed[0] += 20_000
                 next_feed = time.monotonic() + 2
-        mirror.kill9()
     finally:
         committed.close()
         uncommitted.close()
