@@ -186,13 +186,13 @@ def append(broker, part: _Partition, awaited: bool) -> int:
             return -1
     refused = broker.refused_sequences
     try:
-        if refused:  # this broker refused some producer's batch a moment ago (rare): is it this one's?
-            summary = part.outcome
+        summary = part.outcome
+        if summary.producer_id >= 0 and refused:  # an idempotent batch, and some refused a moment ago: this one's?
             seq = refused.lowest(part.topic, part.index, summary.producer_id, summary.producer_epoch)
             base = plog.append(part.data, summary, seq)
             refused.taken(part.topic, part.index, summary.producer_id, summary.producer_epoch)
         else:
-            base = plog.append(part.data, part.outcome)
+            base = plog.append(part.data, summary)
     except DuplicateSequence as dup:
         part.result[1:] = [ErrorCode.none.value, dup.base_offset, plog.log_start_offset, None]
         return dup.last_offset + 1  # acks=all: answered once the whole stored batch is committed

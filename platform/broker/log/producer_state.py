@@ -33,10 +33,9 @@ MAX_CACHED_BATCHES = 5
 class DuplicateSequence(Exception):
     """The batch is stored already: at ``base_offset`` .. ``last_offset`` (one offset per sequence number)."""
 
-    def __init__(self, base_offset: int, last_offset: int | None = None):
+    def __init__(self, base_offset: int, last_offset: int):
         super().__init__(base_offset)
-        self.base_offset = base_offset
-        self.last_offset = base_offset if last_offset is None else last_offset
+        self.base_offset, self.last_offset = base_offset, last_offset
 
 
 class OutOfOrderSequence(Exception):

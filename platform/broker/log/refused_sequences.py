@@ -21,8 +21,6 @@ from collections import OrderedDict
 
 from broker.protocol import records
 
-_PRODUCER = records.HEADER_SIZE - 18  # producer id (8 bytes), epoch (2), base sequence (4), record count (4)
-
 
 class RefusedSequences:
     def __init__(self, capacity: int = 10_000, ttl_s: float = 120.0) -> None:
@@ -30,19 +28,26 @@ class RefusedSequences:
         self.capacity, self.ttl_s = capacity, ttl_s
 
     def __bool__(self) -> bool:
-        return bool(self._refused)
+        """Anything remembered (entries past their time are dropped first: oldest first, in insertion order)."""
+        refused = self._refused
+        if refused:
+            expired = time.monotonic() - self.ttl_s
+            while refused and next(iter(refused.values()))[1] < expired:
+                refused.popitem(last=False)
+        return bool(refused)
 
     def refused(self, topic: str, partition: int, data) -> None:
         """An idempotent batch's request (``data``: its records, unvalidated) was refused with a retriable error."""
-        if data is None or len(data) < records.HEADER_SIZE or data[16] != 2:  # magic 2 only
+        if data is None or type(data) is list:
             return
-        head = bytes(data[_PRODUCER:_PRODUCER + 14])
-        producer_id = int.from_bytes(head[:8], "big", signed=True)
-        if producer_id < 0:
+        try:
+            header = records.read_header(data)
+        except records.InvalidBatch:  # shorter than a batch header
             return
-        epoch = int.from_bytes(head[8:10], "big", signed=True)
-        sequence = int.from_bytes(head[10:14], "big", signed=True)
-        key = (topic, partition, producer_id, epoch)
+        if header.magic != 2 or header.producer_id < 0:
+            return
+        sequence = header.base_sequence
+        key = (topic, partition, header.producer_id, header.producer_epoch)
         now = time.monotonic()
         known = self._refused.get(key)
         if known is None or sequence < known[0] or now - known[1] > self.ttl_s:
