@@ -270,6 +270,37 @@ def test_metadata_hides_topics_and_create_needs_create(cluster):
     assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_authorized_operations_are_what_the_acls_allow(cluster):
+    """describe_cluster / describe_topics / describe_consumer_groups with include_authorized_operations: alice's
+    Read on a topic and a group implies Describe (Kafka's implied operations) and gives nothing else; she may not
+    Describe the cluster, so its field is empty; a super user gets every cluster operation."""
+    from confluent_kafka import TopicCollection
+
+    topic, group = cluster.topic("ops"), f"ops-{uuid.uuid4().hex[:8]}"
+    cluster.allow("User:alice", AclOperation.READ, ResourceType.TOPIC, topic)
+    cluster.allow("User:alice", AclOperation.READ, ResourceType.GROUP, group)
+    alice = cluster.admin("alice")
+    described = alice.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(20)
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    got = alice.describe_consumer_groups([group], include_authorized_operations=True)[group].result(20)
+    assert set(got.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    assert not alice.describe_cluster(include_authorized_operations=True).result(20).authorized_operations
+    admin, bob = cluster.admin(), cluster.admin("bob")  # kept alive until their answers
+    everything = admin.describe_cluster(include_authorized_operations=True).result(20)
+    assert len(set(everything.authorized_operations)) == 7
+    with pytest.raises(KafkaException) as refused:  # bob may not Describe the group: Kafka's code, no field
+        bob.describe_consumer_groups([group], include_authorized_operations=True)[group].result(20)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    from kafka.admin import KafkaAdminClient  # DescribeCluster (key 60), as kafka-python's admin asks
+
+    for user, expected in (("alice", 0), ("admin", 7)):
+        kp = KafkaAdminClient(**cluster.kafka_python(user))
+        try:
+            assert len(kp.describe_cluster()["authorized_operations"]) == expected
+        finally:
+            kp.close()
+
+
 def test_transactional_producer_needs_write_on_its_transactional_id(cluster):
     topic = cluster.topic()
     cluster.allow("User:bob", AclOperation.WRITE, ResourceType.TOPIC, topic)

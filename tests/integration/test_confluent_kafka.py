@@ -168,3 +168,24 @@ def test_idempotent_producer(broker):
     assert producer.flush(20) == 0
     got = consume_all(broker.bootstrap, topic, 5000)
     assert [m.value() for m in got] == [str(i).encode() for i in range(5000)]
+
+
+def test_authorized_operations_without_an_authorizer_are_every_supported_one(broker):
+    """Metadata v8–10's cluster and topic bit fields and DescribeGroups v3+'s, as librdkafka's describe_* calls ask
+    for them: without an authorizer, every operation Kafka supports on the resource; unasked, none (None)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation as Op
+
+    topic = topic_name("ops")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == {Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
+                                                  Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE}
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(10)
+    assert set(described.authorized_operations) == {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
+                                                    Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
+    group = admin.describe_consumer_groups(["ops-group"], include_authorized_operations=True)["ops-group"].result(10)
+    assert set(group.authorized_operations) == {Op.READ, Op.DESCRIBE, Op.DELETE}
+    assert admin.describe_cluster().result(10).authorized_operations is None
+    assert admin.describe_topics(TopicCollection([topic]))[topic].result(10).authorized_operations is None

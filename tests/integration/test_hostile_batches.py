@@ -52,9 +52,10 @@ def record(offset_delta: int, key: bytes | None = b"k", value: bytes | None = b"
 
 
 def make_batch(payload: bytes, count: int, codec: int = 0, last_offset_delta: int | None = None,
-               base_offset: int = 0, base_ts: int = BASE_TS) -> bytes:
+               base_offset: int = 0, base_ts: int = BASE_TS, producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
+    """``producer``: (producer id, epoch, base sequence)."""
     delta = count - 1 if last_offset_delta is None else last_offset_delta
-    after_crc = struct.pack(">hiqqqhii", codec, delta, base_ts, base_ts + max(count - 1, 0), -1, -1, -1,
+    after_crc = struct.pack(">hiqqqhii", codec, delta, base_ts, base_ts + max(count - 1, 0), *producer,
                             count) + payload
     return struct.pack(">qiibI", base_offset, 9 + len(after_crc), 0, 2, crc32c.crc32c(after_crc)) + after_crc
 
@@ -204,6 +205,20 @@ def test_record_count_zero_and_records_disagreeing_with_it_are_invalid(broker):
     assert produce(client, topic, make_batch(b"".join(recs), 3)) == (NONE_, 0)
     client.close()
     assert end_offset(broker, topic) == 3
+
+
+def test_two_batches_in_one_partition_and_a_producer_id_without_a_sequence_are_invalid(broker):
+    """Kafka's ProduceRequest.validateRecords (Produce v3+: exactly one batch per partition) and LogValidator (a
+    batch with a producer id has a base sequence >= 0): INVALID_RECORD, nothing written, the connection serves on."""
+    topic = create_topic(broker, "one-batch")
+    client = RawClient(broker.host, broker.port)
+    recs = b"".join(record(i) for i in range(2))
+    assert produce(client, topic, make_batch(recs, 2) + make_batch(recs, 2))[0] == INVALID_RECORD
+    assert produce(client, topic, make_batch(recs, 2, producer=(7, 0, -1)))[0] == INVALID_RECORD
+    assert produce(client, topic, make_batch(recs, 2, producer=(7, 0, -5)))[0] == INVALID_RECORD
+    assert produce(client, topic, make_batch(recs, 2)) == (NONE_, 0)
+    client.close()
+    assert end_offset(broker, topic) == 2
 
 
 def test_zstd_bomb_on_a_compacted_topic_is_refused_without_stalling_others(broker, compacted):

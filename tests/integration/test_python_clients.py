@@ -106,3 +106,32 @@ def test_aiokafka_round_trip(broker, codec):
             await consumer.stop()
 
     asyncio.run(scenario())
+
+
+def test_kafka_python_describe_cluster_and_an_endpoint_type_this_broker_lacks(broker):
+    """DescribeCluster (key 60) as kafka-python's admin sends it (v2, authorized operations asked), and a raw v1
+    request for the controllers' endpoints: UNSUPPORTED_ENDPOINT_TYPE, the connection serving on."""
+    from kafka.admin import KafkaAdminClient
+    from rawclient import RawClient, request_module
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert described["controller_id"] == 0
+    assert [(b["broker_id"], b["port"], b["is_fenced"]) for b in described["brokers"]] == [(0, broker.port, False)]
+    assert set(described["authorized_operations"]) == {"CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
+                                                       "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
+    client = RawClient(broker.host, broker.port)
+    try:
+        m = request_module(60, 1)
+        answer = client.request(60, 1, m.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                                endpoint_type=2))
+        assert answer.error_code.value == 115 and answer.brokers == ()  # UNSUPPORTED_ENDPOINT_TYPE
+        plain = client.request(60, 1, m.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                               endpoint_type=1))
+        assert plain.error_code.value == 0 and plain.cluster_authorized_operations == -2**31
+        assert plain.cluster_id == described["cluster_id"]
+    finally:
+        client.close()

@@ -136,6 +136,19 @@ def test_record_count_must_be_positive(count):
     assert "record count" in rejects(make_batch(b"", count, last_offset_delta=max(count - 1, 0)))
 
 
+def test_a_request_partition_holds_exactly_one_batch_and_producer_ids_carry_a_sequence():
+    """What the produce handler checks on the summary (Kafka's ProduceRequest.validateRecords, LogValidator)."""
+    one = validation.validate(batch_of(good_records(2)), CAP)
+    validation.check_request_batches(one)  # passes
+    two = validation.validate(batch_of(good_records(2)) + batch_of(good_records(3)), CAP)
+    with pytest.raises(InvalidRecord, match="exactly one record batch per partition"):
+        validation.check_request_batches(two)
+    with pytest.raises(InvalidRecord, match="Invalid sequence number -1 in record batch with producerId 7"):
+        validation.check_request_batches(one._replace(producer_id=7, producer_epoch=0, base_sequence=-1))
+    validation.check_request_batches(one._replace(producer_id=7, producer_epoch=0, base_sequence=0))
+    validation.check_request_batches(one._replace(producer_id=-1, base_sequence=-1))
+
+
 def test_control_batches_from_clients_are_invalid():
     rejects(make_batch(b"".join(good_records(1)), 1, attributes=0x20))
 

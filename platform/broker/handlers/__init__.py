@@ -13,6 +13,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     delete_groups,
     delete_topics,
     describe_acls,
+    describe_cluster,
     describe_configs,
     describe_groups,
     describe_user_scram_credentials,

@@ -1,5 +1,6 @@
 """DescribeGroups (key 15), v0–5: state, protocol and members (with their metadata and assignment). A group known
-only by its committed offsets is Empty, an unknown one Dead (no error), as in Kafka."""
+only by its committed offsets is Empty, an unknown one Dead (no error), as in Kafka. v3+ with
+``include_authorized_operations``: the principal's operations on each group it may Describe, as a bit field."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -14,6 +15,7 @@ async def handle(broker, header, request):
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
     out = []
+    wanted = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
         if not access.allowed(broker, "Describe", access.GROUP, group_id):
             error, group = ErrorCode.group_authorization_failed, None
@@ -25,7 +27,8 @@ async def handle(broker, header, request):
                 state = "Empty" if await broker.groups.has_offsets(group_id) else "Dead"
             out.append(build(group_cls, error_code=error, group_id=group_id, group_state=state,
                              protocol_type="consumer" if state == "Empty" else "",
-                             protocol_data="", members=(), authorized_operations=-2147483648))
+                             protocol_data="", members=(), authorized_operations=_operations(
+                                 broker, group_id, wanted and error == ErrorCode.none)))
             continue
         members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
                               client_id=m.client_id, client_host=m.client_host,
@@ -33,5 +36,9 @@ async def handle(broker, header, request):
                               member_assignment=m.assignment) for m in group.members.values())
         out.append(build(group_cls, error_code=0, group_id=group_id, group_state=group.state,
                          protocol_type=group.protocol_type or "", protocol_data=group.protocol or "",
-                         members=members, authorized_operations=-2147483648))
+                         members=members, authorized_operations=_operations(broker, group_id, wanted)))
     return build(cls, throttle_time=0, groups=tuple(out))
+
+
+def _operations(broker, group_id: str, wanted: bool) -> int:
+    return access.authorized_operations(broker, access.GROUP, group_id) if wanted else access.NOT_REQUESTED

@@ -2,7 +2,11 @@
 
 With an authorizer: a request for all topics lists only those the principal may Describe; a named topic it may
 not Describe is TOPIC_AUTHORIZATION_FAILED, and so is a missing one it may not Create (on the cluster or the
-topic) when auto-creation would make it."""
+topic) when auto-creation would make it.
+
+``include_topic_authorized_operations`` (v8+) and ``include_cluster_authorized_operations`` (v8–10): the principal's
+operations on each topic and on the cluster as bit fields (:func:`access.authorized_operations`); the cluster's is 0
+for a principal that may not Describe it, as in Kafka."""
 
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
@@ -69,8 +73,15 @@ async def handle(broker, header, request):
                                         offline_replicas=tuple(offline)))
         topics.append(build(topic_cls, error_code=error, name=name, is_internal=name == "__transaction_state",
                             partitions=tuple(partitions),
-                            topic_id=info.topic_id if info else None))
+                            topic_id=info.topic_id if info else None,
+                            topic_authorized_operations=access.authorized_operations(broker, access.TOPIC, name)
+                            if getattr(request, "include_topic_authorized_operations", False)
+                            else access.NOT_REQUESTED))
     brokers = tuple(build(broker_cls, node_id=node, host=host, port=port, rack=rack)
                     for node, host, port, rack in broker.live_brokers())
+    cluster_operations = access.NOT_REQUESTED
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_operations = (access.authorized_operations(broker, access.CLUSTER)
+                              if access.on_cluster(broker, "Describe", quiet=True) else 0)
     return build(cls, throttle_time=0, cluster_id=broker.cluster_id, controller_id=broker.controller_id,
-                 brokers=brokers, topics=(*topics, *unknown))
+                 brokers=brokers, topics=(*topics, *unknown), cluster_authorized_operations=cluster_operations)

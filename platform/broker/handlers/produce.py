@@ -173,6 +173,13 @@ def append(broker, part: _Partition, awaited: bool) -> int:
     """Append a validated partition's bytes; sets its response entry, returns the offset to wait for (-1: none).
     ``awaited``: the loop ran other work since admission, so leadership is checked again first."""
     plog = part.plog
+    outcome = part.outcome
+    if not isinstance(outcome, records.InvalidBatch) and (
+            outcome.batches != 1 or (outcome.producer_id >= 0 and outcome.base_sequence < 0)):
+        try:
+            validation.check_request_batches(outcome)
+        except records.InvalidBatch as exc:
+            part.outcome = exc
     if isinstance(part.outcome, records.InvalidBatch):
         part.fail(rejection(part.outcome), str(part.outcome), plog.log_start_offset)
         return -1

@@ -16,6 +16,10 @@ Per batch, in this order (the first failure decides; nothing of the partition is
   last record, offset deltas other than 0..n-1 in order: INVALID_RECORD (87);
 - a record without a key on a compacted topic: INVALID_RECORD (87).
 
+Per partition of a request (:func:`check_request_batches`, Kafka's ``ProduceRequest.validateRecords`` and
+``LogValidator``): more than one batch (Produce v3+ carries exactly one), or a batch with a producer id and a base
+sequence below 0: INVALID_RECORD (87).
+
 Kafka rebuilds a compressed batch whose inner offsets are not 0..n-1 instead of rejecting it; logbus never
 rewrites a batch (it stores the bytes it was sent), so it rejects one. Kafka does not bound what a payload
 decompresses to; logbus caps it at the topic's ``message.max.bytes`` (the batch as a producer built it must
@@ -115,6 +119,17 @@ class InvalidTimestamp(records.InvalidBatch):
 
 class OverBudget(Exception):
     """The records hold more than the budget: check them again without one, off the event loop."""
+
+
+def check_request_batches(summary: records.BatchSummary) -> None:
+    """Kafka's rules for one partition of a client's Produce request, on what :func:`records.validate` found;
+    raises :class:`records.InvalidRecord` (INVALID_RECORD) with Kafka's message."""
+    if summary.batches != 1:
+        raise records.InvalidRecord("Produce requests with version 3 or later are only allowed to contain exactly "
+                                    f"one record batch per partition (this one has {summary.batches})")
+    if summary.producer_id >= 0 and summary.base_sequence < 0:
+        raise records.InvalidRecord(f"Invalid sequence number {summary.base_sequence} in record batch with "
+                                    f"producerId {summary.producer_id}")
 
 
 def validate(buf, max_message_bytes: int, compacted: bool = False) -> BatchSummary:

@@ -16,6 +16,18 @@ from broker.network.session import current_session
 CLUSTER_NAME = "kafka-cluster"
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = "Topic", "Group", "Cluster", "TransactionalId"
 
+# Kafka's AclOperation codes, and the operations it reports per resource type in an ``authorized_operations``
+# bit field (AclEntry.supportedOperations); a field nobody asked for is NOT_REQUESTED (Integer.MIN_VALUE)
+OPERATION_CODES = {"Read": 3, "Write": 4, "Create": 5, "Delete": 6, "Alter": 7, "Describe": 8, "ClusterAction": 9,
+                   "DescribeConfigs": 10, "AlterConfigs": 11, "IdempotentWrite": 12}
+SUPPORTED_OPERATIONS = {
+    TOPIC: ("Read", "Write", "Create", "Describe", "Delete", "Alter", "DescribeConfigs", "AlterConfigs"),
+    GROUP: ("Read", "Describe", "Delete"),
+    CLUSTER: ("Create", "ClusterAction", "DescribeConfigs", "AlterConfigs", "IdempotentWrite", "Alter", "Describe"),
+    TRANSACTIONAL_ID: ("Describe", "Write"),
+}
+NOT_REQUESTED = -(2**31)
+
 
 def enabled(broker) -> bool:
     return getattr(broker, "authorizer", None) is not None
@@ -31,6 +43,17 @@ def allowed(broker, operation: str, resource_type: str, name: str = CLUSTER_NAME
     if session is None:
         return True
     return authorizer.allowed(session.principal, session.host, operation, resource_type, name, quiet)
+
+
+def authorized_operations(broker, resource_type: str, name: str = CLUSTER_NAME) -> int:
+    """The bit field of the operations this connection's principal may do on a resource (bit n: operation code
+    n), as Kafka's ``AuthHelper.authorizedOperations``: every supported one without an authorizer; no denial is
+    logged."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource_type]:
+        if allowed(broker, operation, resource_type, name, quiet=True):
+            bits |= 1 << OPERATION_CODES[operation]
+    return bits
 
 
 def on_cluster(broker, operation: str, quiet: bool = False) -> bool:
