@@ -317,6 +317,29 @@ def test_transactional_producer_needs_write_on_its_transactional_id(cluster):
     txn.commit_transaction(30)
     # an idempotent producer: Write on some topic is enough (KIP-679), as bob has
     assert produce(cluster.conf("bob", **{"enable.idempotence": True, "retries": 5}), topic, 2) == [None, None]
+    # KIP-664's tooling: ListTransactions lists only ids the principal may Describe, DescribeTransactions needs
+    # Describe on the id, DescribeProducers Read on the topic
+    from kafka.admin import KafkaAdminClient
+
+    for user, visible in (("bob", True), ("alice", False)):
+        kp = KafkaAdminClient(**cluster.kafka_python(user))
+        try:
+            listed = {t.transactional_id for rows in kp.list_transactions().values() for t in rows}
+            assert ("bob-txn" in listed) == visible
+        finally:
+            kp.close()
+    anonymous = RawClient("127.0.0.1", cluster.brokers[0].port)  # PLAINTEXT: User:ANONYMOUS, no ACL
+    try:
+        dt = request_module(65, 0)
+        (state,) = anonymous.request(65, 0, dt.DescribeTransactionsRequest(transactional_ids=("bob-txn",))
+                                     ).transaction_states
+        assert state.error_code.value == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        dp = request_module(61, 0)
+        answer = anonymous.request(61, 0, dp.DescribeProducersRequest(topics=(
+            dp.TopicRequest(name=topic, partition_indexes=(0,)),)))
+        assert answer.topics[0].partitions[0].error_code.value == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        anonymous.close()
 
 
 def test_forged_follower_fetch_is_refused_and_does_not_move_the_high_watermark(cluster):

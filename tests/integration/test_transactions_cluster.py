@@ -184,3 +184,39 @@ def test_group_offsets_in_transactions_across_brokers(txn_cluster):
         zk.stop()
         zk.close()
         c.close()
+
+
+def test_kip664_tooling_on_the_coordinator_and_on_a_follower(txn_cluster):
+    """kafka-python's list_transactions asks every broker and only the coordinator lists the id;
+    describe_transactions goes to the coordinator; describe_producers answers from a follower's own copy too."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    topic, txn_id = new_topic(txn_cluster), f"k-{uuid.uuid4().hex[:6]}"
+    p = producer(txn_cluster, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, value="open", partition=0)
+    p.flush(30)
+    admin = KafkaAdminClient(bootstrap_servers=txn_cluster.bootstrap)
+    try:
+        listed = {node: [t.transactional_id for t in rows] for node, rows in admin.list_transactions().items()}
+        assert [node for node, ids in listed.items() if txn_id in ids] == [coordinator_of(txn_cluster, txn_id)]
+        described = admin.describe_transactions([txn_id])[txn_id]
+        assert described.topic_partitions == {KTopicPartition(topic, 0)}
+        tp = KTopicPartition(topic, 0)
+        follower = next(n for n in txn_cluster.brokers if n != leader_of(txn_cluster, topic, 0))
+
+        def on(node):
+            rows = admin.describe_producers([tp], broker_id=node)[tp].active_producers
+            return [(s.producer_id, s.producer_epoch, s.current_transaction_start_offset) for s in rows]
+
+        expected = [(described.producer_id, described.producer_epoch, 0)]
+        assert on(leader_of(txn_cluster, topic, 0)) == expected
+        deadline = time.time() + 30
+        while on(follower) != expected and time.time() < deadline:  # the follower fetches it a moment later
+            time.sleep(0.2)
+        assert on(follower) == expected
+        p.abort_transaction(60)
+    finally:
+        admin.close()

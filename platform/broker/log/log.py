@@ -175,7 +175,8 @@ class PartitionLog:
         if not self.replicated:
             self.high_watermark = next_offset
         if idempotent:
-            self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base, transactional)
+            self.producers.update(pid, epoch, summary.base_sequence, summary.last_sequence, base, transactional,
+                                  summary.max_timestamp)
         return base
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
@@ -249,7 +250,7 @@ class PartitionLog:
             elif h.producer_id >= 0:
                 last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
                 self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset,
-                                      control.is_transactional(h.attributes))
+                                      control.is_transactional(h.attributes), h.max_timestamp)
             pos += h.size
         return next_offset
 
@@ -345,7 +346,7 @@ class PartitionLog:
                 elif h.producer_id >= 0:
                     last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
                     self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
-                                          h.base_offset, control.is_transactional(h.attributes))
+                                          h.base_offset, control.is_transactional(h.attributes), h.max_timestamp)
 
     def _drop_snapshot(self) -> None:
         try:

@@ -60,6 +60,7 @@ class _Producer:
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))  # (first, last, offset)
     txn_first: int = -1  # first offset of the open transaction, -1: none
     coordinator_epoch: int = -1
+    last_timestamp: int = -1  # max timestamp of its last batch (DescribeProducers)
 
 
 class ProducerStateManager:
@@ -97,7 +98,7 @@ class ProducerStateManager:
             raise OutOfOrderSequence(f"expected sequence {expected}, got {first_seq}")
 
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, base_offset: int,
-               transactional: bool = False) -> None:
+               transactional: bool = False, timestamp: int = -1) -> None:
         if producer_id < 0:
             return
         state = self._producers.get(producer_id)
@@ -107,6 +108,7 @@ class ProducerStateManager:
             if previous is not None:
                 state.txn_first, state.coordinator_epoch = previous.txn_first, previous.coordinator_epoch
         state.batches.append((first_seq, last_seq, base_offset))
+        state.last_timestamp = timestamp
         if transactional and state.txn_first < 0:
             state.txn_first = self._open[producer_id] = base_offset
 
@@ -150,13 +152,19 @@ class ProducerStateManager:
     def open_transactions(self) -> dict[int, int]:
         return dict(self._open)
 
+    def active_producers(self) -> list[tuple[int, int, int, int, int, int]]:
+        """DescribeProducers' rows, by producer id: (producer id, epoch, last sequence, last timestamp, coordinator
+        epoch, first offset of its open transaction); -1 where there is none."""
+        return [(pid, p.epoch, p.batches[-1][1] if p.batches else -1, p.last_timestamp, p.coordinator_epoch,
+                 p.txn_first) for pid, p in sorted(self._producers.items())]
+
     def snapshot(self, path: str, offset: int) -> None:
         """Write the state as of log offset ``offset``: whole or not at all (OSError, the old snapshot kept).
         Not fsync'd: written at every roll and checkpoint for every partition, on the event loop; a snapshot a
         crash tore is unreadable and rebuilt from the log (:meth:`load_snapshot` returns None)."""
         data = {"offset": offset,
                 "producers": {str(pid): {"epoch": p.epoch, "batches": list(p.batches), "txn_first": p.txn_first,
-                                         "coordinator_epoch": p.coordinator_epoch}
+                                         "coordinator_epoch": p.coordinator_epoch, "last_timestamp": p.last_timestamp}
                               for pid, p in self._producers.items()},
                 "closing": self._closing}
         replace_file(path, json.dumps(data), fsync=False)
@@ -173,6 +181,7 @@ class ProducerStateManager:
                 entry.batches.extend(tuple(b) for b in p["batches"])
                 entry.txn_first = int(p.get("txn_first", -1))  # snapshots of older versions: no transactions
                 entry.coordinator_epoch = int(p.get("coordinator_epoch", -1))
+                entry.last_timestamp = int(p.get("last_timestamp", -1))
                 if entry.txn_first >= 0:
                     state._open[int(pid)] = entry.txn_first
             state._closing = [(int(m), int(f)) for m, f in data.get("closing", [])]

@@ -320,6 +320,47 @@ class TransactionCoordinator:
         owned = self.owned.get(self.partition_of(transactional_id))
         return owned.ids.get(transactional_id) if owned is not None and owned.loaded else None
 
+    # ---- describing (DescribeTransactions, ListTransactions) ----------------------------------------------------
+    async def _owned_soon(self, p: int, wait: float = 2.0) -> tuple[ErrorCode, OwnedPartition | None]:
+        """:meth:`_owned`, waiting up to ``wait`` seconds for a load it started (a partition nobody asked about yet
+        is loaded on the first request or tick that finds it; small ones take milliseconds)."""
+        deadline = time.monotonic() + wait
+        error, owned = await self._owned(p)
+        while error == ErrorCode.coordinator_load_in_progress and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            error, owned = await self._owned(p)
+        return error, owned
+
+    async def describe(self, transactional_id: str) -> tuple[ErrorCode, m.TxnMetadata | None]:
+        """(error, state) of one transactional id, as Kafka's coordinator answers DescribeTransactions: NOT_COORDINATOR
+        where this broker does not own its partition, COORDINATOR_LOAD_IN_PROGRESS, TRANSACTIONAL_ID_NOT_FOUND for an
+        unknown (or Dead) id, INVALID_REQUEST for an empty one."""
+        if not transactional_id:
+            return ErrorCode.invalid_request, None
+        error, owned = await self._owned_soon(self.partition_of(transactional_id))
+        if owned is None:
+            return error, None
+        meta = owned.ids.get(transactional_id)
+        if meta is None or meta.state == m.State.DEAD:
+            return ErrorCode.transactional_id_not_found, None
+        return ErrorCode.none, meta
+
+    async def listing(self) -> tuple[ErrorCode, list[m.TxnMetadata]]:
+        """Every transactional id of the partitions this broker coordinates (ListTransactions), or
+        COORDINATOR_LOAD_IN_PROGRESS while one of them loads."""
+        if self.broker.topics.get(TOPIC) is None:
+            return ErrorCode.none, []
+        out: list[m.TxnMetadata] = []
+        for p in range(self.partition_count):
+            if self._leader_epoch(p) is None:
+                continue
+            error, owned = await self._owned_soon(p)
+            if error == ErrorCode.coordinator_load_in_progress:
+                return error, []
+            if owned is not None:  # else it stopped leading the partition a moment ago
+                out.extend(owned.ids.values())
+        return ErrorCode.none, out
+
     # ---- completing transactions --------------------------------------------------------------------------------
     async def _abort(self, p: int, owned: OwnedPartition, meta: m.TxnMetadata, rec: TxnRecord) -> None:
         if await self._write(p, owned, meta, rec) == ErrorCode.none:

@@ -32,6 +32,10 @@ class State(IntEnum):
     DEAD = 6
 
 
+# the names DescribeTransactions and ListTransactions give the states (Kafka's TransactionState.name)
+STATE_NAMES = {State.EMPTY: "Empty", State.ONGOING: "Ongoing", State.PREPARE_COMMIT: "PrepareCommit",
+               State.PREPARE_ABORT: "PrepareAbort", State.COMPLETE_COMMIT: "CompleteCommit",
+               State.COMPLETE_ABORT: "CompleteAbort", State.DEAD: "Dead"}
 PREPARING = (State.PREPARE_COMMIT, State.PREPARE_ABORT)
 COMPLETE = (State.COMPLETE_COMMIT, State.COMPLETE_ABORT, State.EMPTY)
 
