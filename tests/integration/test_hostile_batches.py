@@ -208,12 +208,18 @@ def test_record_count_zero_and_records_disagreeing_with_it_are_invalid(broker):
 
 
 def test_two_batches_in_one_partition_and_a_producer_id_without_a_sequence_are_invalid(broker):
-    """Kafka's ProduceRequest.validateRecords (Produce v3+: exactly one batch per partition) and LogValidator (a
-    batch with a producer id has a base sequence >= 0): INVALID_RECORD, nothing written, the connection serves on."""
+    """Kafka's ProduceRequest.validateRecords (Produce v3+: exactly one batch per partition, of magic 2, checked
+    before the CRCs) and LogValidator (a batch with a producer id has a base sequence >= 0): INVALID_RECORD,
+    nothing written, the connection serves on."""
     topic = create_topic(broker, "one-batch")
     client = RawClient(broker.host, broker.port)
     recs = b"".join(record(i) for i in range(2))
     assert produce(client, topic, make_batch(recs, 2) + make_batch(recs, 2))[0] == INVALID_RECORD
+    assert produce(client, topic, make_batch(recs, 2) + make_batch(recs, 2)[:-1] + b"?")[0] == INVALID_RECORD
+    assert produce(client, topic, b"")[0] == INVALID_RECORD  # no batch at all
+    old_magic = bytearray(make_batch(recs, 2))
+    old_magic[16] = 1
+    assert produce(client, topic, bytes(old_magic))[0] == INVALID_RECORD
     assert produce(client, topic, make_batch(recs, 2, producer=(7, 0, -1)))[0] == INVALID_RECORD
     assert produce(client, topic, make_batch(recs, 2, producer=(7, 0, -5)))[0] == INVALID_RECORD
     assert produce(client, topic, make_batch(recs, 2)) == (NONE_, 0)

@@ -110,7 +110,8 @@ def test_aiokafka_round_trip(broker, codec):
 
 def test_kafka_python_describe_cluster_and_an_endpoint_type_this_broker_lacks(broker):
     """DescribeCluster (key 60) as kafka-python's admin sends it (v2, authorized operations asked), and a raw v1
-    request for the controllers' endpoints: UNSUPPORTED_ENDPOINT_TYPE, the connection serving on."""
+    request for the controllers' endpoints (MISMATCHED_ENDPOINT_TYPE) and for an unknown type
+    (UNSUPPORTED_ENDPOINT_TYPE), the connection serving on."""
     from kafka.admin import KafkaAdminClient
     from rawclient import RawClient, request_module
 
@@ -126,9 +127,10 @@ def test_kafka_python_describe_cluster_and_an_endpoint_type_this_broker_lacks(br
     client = RawClient(broker.host, broker.port)
     try:
         m = request_module(60, 1)
-        answer = client.request(60, 1, m.DescribeClusterRequest(include_cluster_authorized_operations=False,
-                                                                endpoint_type=2))
-        assert answer.error_code.value == 115 and answer.brokers == ()  # UNSUPPORTED_ENDPOINT_TYPE
+        for endpoint, code in ((2, 114), (7, 115)):  # MISMATCHED_ENDPOINT_TYPE (controllers), UNSUPPORTED_...
+            answer = client.request(60, 1, m.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                                    endpoint_type=endpoint))
+            assert (answer.error_code.value, answer.brokers, answer.cluster_id) == (code, (), "")
         plain = client.request(60, 1, m.DescribeClusterRequest(include_cluster_authorized_operations=False,
                                                                endpoint_type=1))
         assert plain.error_code.value == 0 and plain.cluster_authorized_operations == -2**31

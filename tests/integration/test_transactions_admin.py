@@ -132,7 +132,7 @@ def test_raw_requests_get_kafkas_answers_for_what_the_client_does_not_show(broke
         states = client.request(65, 0, dt.DescribeTransactionsRequest(transactional_ids=("", "nobody"))
                                 ).transaction_states
         assert [(s.transactional_id, s.error_code.value, s.producer_id) for s in states] == [
-            ("", INVALID_REQUEST, -1), ("nobody", TRANSACTIONAL_ID_NOT_FOUND, -1)]
+            ("", INVALID_REQUEST, 0), ("nobody", TRANSACTIONAL_ID_NOT_FOUND, 0)]  # the schema's defaults
         dp = request_module(61, 0)
         topics = client.request(61, 0, dp.DescribeProducersRequest(topics=(
             dp.TopicRequest(name=topic, partition_indexes=(0, 7)),

@@ -136,17 +136,25 @@ def test_record_count_must_be_positive(count):
     assert "record count" in rejects(make_batch(b"", count, last_offset_delta=max(count - 1, 0)))
 
 
-def test_a_request_partition_holds_exactly_one_batch_and_producer_ids_carry_a_sequence():
-    """What the produce handler checks on the summary (Kafka's ProduceRequest.validateRecords, LogValidator)."""
-    one = validation.validate(batch_of(good_records(2)), CAP)
-    validation.check_request_batches(one)  # passes
-    two = validation.validate(batch_of(good_records(2)) + batch_of(good_records(3)), CAP)
-    with pytest.raises(InvalidRecord, match="exactly one record batch per partition"):
-        validation.check_request_batches(two)
+def test_a_request_partition_holds_exactly_one_magic_2_batch_and_producer_ids_carry_a_sequence():
+    """Kafka's ProduceRequest.validateRecords (before anything else) and LogValidator's sequence rule."""
+    one, three = batch_of(good_records(2)), batch_of(good_records(3))
+    assert validation.request_shape_problem(one) is None
+    assert validation.request_shape_problem(memoryview(one)) is None
+    assert validation.request_shape_problem(one + one[:20]) is None  # a partial tail is not a batch (framing's)
+    assert "exactly one record batch" in validation.request_shape_problem(one + three)
+    assert "exactly one record batch" in validation.request_shape_problem(one + three[:-1] + b"x")  # before CRCs
+    assert "at least one record batch" in validation.request_shape_problem(b"")
+    assert "at least one record batch" in validation.request_shape_problem(one[:-1])
+    old_magic = bytearray(one)
+    old_magic[16] = 1
+    assert "magic version 2" in validation.request_shape_problem(bytes(old_magic))
+    assert validation.request_shape_problem(one[:8] + struct.pack(">i", 3) + one[12:]) is None  # framing's
+    summary = validation.validate(one, CAP)
+    validation.check_sequence(summary)  # passes
     with pytest.raises(InvalidRecord, match="Invalid sequence number -1 in record batch with producerId 7"):
-        validation.check_request_batches(one._replace(producer_id=7, producer_epoch=0, base_sequence=-1))
-    validation.check_request_batches(one._replace(producer_id=7, producer_epoch=0, base_sequence=0))
-    validation.check_request_batches(one._replace(producer_id=-1, base_sequence=-1))
+        validation.check_sequence(summary._replace(producer_id=7, producer_epoch=0, base_sequence=-1))
+    validation.check_sequence(summary._replace(producer_id=7, producer_epoch=0, base_sequence=0))
 
 
 def test_control_batches_from_clients_are_invalid():

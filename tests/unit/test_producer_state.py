@@ -98,15 +98,15 @@ def test_refusals_are_remembered_per_producer_and_epoch_bounded_and_forgotten():
 
 
 def test_active_producers_are_described_and_survive_a_snapshot(tmp_path):
-    """DescribeProducers' rows: last sequence and timestamp of the last batch, coordinator epoch of the last
-    marker, first offset of the open transaction; kept by the snapshot (an older snapshot's producers read -1)."""
+    """DescribeProducers' rows: last sequence of the last batch, timestamp of the last batch or marker,
+    coordinator epoch of the last marker, first offset of the open transaction; kept by the snapshot (an older snapshot's producers read -1)."""
     state = ProducerStateManager()
     state.update(3, 0, 0, 9, base_offset=0, timestamp=1_000)
     state.update(9, 2, 0, 4, base_offset=10, transactional=True, timestamp=2_000)
     state.update(9, 2, 5, 5, base_offset=15, transactional=True, timestamp=2_500)
     assert state.active_producers() == [(3, 0, 9, 1_000, -1, -1), (9, 2, 5, 2_500, -1, 10)]
-    state.apply_marker(9, 2, coordinator_epoch=4, offset=16)
-    assert state.active_producers()[1] == (9, 2, 5, 2_500, 4, -1)
+    state.apply_marker(9, 2, coordinator_epoch=4, offset=16, timestamp=3_000)
+    assert state.active_producers()[1] == (9, 2, 5, 3_000, 4, -1)  # a marker's time is the producer's last, too
     path = str(tmp_path / "producer.snapshot")
     state.snapshot(path, 17)
     loaded, offset = ProducerStateManager.load_snapshot(path)

@@ -4,7 +4,7 @@ producer id and epoch, timeout, start time (-1: no transaction open) and partiti
 
 As in Kafka: Describe on the TransactionalId or TRANSACTIONAL_ID_AUTHORIZATION_FAILED; NOT_COORDINATOR on a broker
 that does not coordinate the id; TRANSACTIONAL_ID_NOT_FOUND for an unknown one; only the topics the principal may
-Describe are listed; an entry with an error carries the schema's defaults (start time 0), a transaction not open
+Describe are listed; an entry with an error carries the schema's defaults (0 for the numbers), a transaction not open
 now the start time -1, as Kafka's. A group's offsets in the transaction (AddOffsetsToTxn) are not listed: Kafka lists them as a
 ``__consumer_offsets`` partition, which logbus does not have (its offsets live in ZooKeeper)."""
 
@@ -37,8 +37,8 @@ async def handle(broker, header, request):
             error, meta = await broker.txn.describe(tid)
         if meta is None:
             out.append(build(state_cls, error_code=error, transactional_id=tid, transaction_state="",
-                             transaction_timeout=0, transaction_start_time=ms_to_datetime(0), producer_id=-1,
-                             producer_epoch=-1, topics=()))
+                             transaction_timeout=0, transaction_start_time=ms_to_datetime(0), producer_id=0,
+                             producer_epoch=0, topics=()))
             continue
         topics = tuple(build(topic_cls, topic=topic, partitions=tuple(sorted(parts)))
                        for topic, parts in sorted(meta.partitions.items())

@@ -6,7 +6,7 @@ topic) when auto-creation would make it.
 
 ``include_topic_authorized_operations`` (v8+) and ``include_cluster_authorized_operations`` (v8–10): the principal's
 operations on each topic and on the cluster as bit fields (:func:`access.authorized_operations`); the cluster's is 0
-for a principal that may not Describe it, as in Kafka."""
+for a principal that may not Describe it, a topic refused with TOPIC_AUTHORIZATION_FAILED gets none, as in Kafka."""
 
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
@@ -76,7 +76,7 @@ async def handle(broker, header, request):
                             topic_id=info.topic_id if info else None,
                             topic_authorized_operations=access.authorized_operations(broker, access.TOPIC, name)
                             if getattr(request, "include_topic_authorized_operations", False)
-                            else access.NOT_REQUESTED))
+                            and error != ErrorCode.topic_authorization_failed else access.NOT_REQUESTED))
     brokers = tuple(build(broker_cls, node_id=node, host=host, port=port, rack=rack)
                     for node, host, port, rack in broker.live_brokers())
     cluster_operations = access.NOT_REQUESTED

@@ -87,14 +87,19 @@ def refuse(broker, part: _Partition, error: ErrorCode, message: str | None = Non
     broker.refused_sequences.refused(part.topic, part.index, part.data)
 
 
-def admit(broker, part: _Partition, acks: int) -> bool:
-    """The checks before validation: topic, partition, leadership, ISR. False (and an error) if one fails."""
+def admit(broker, part: _Partition, acks: int, shape: bool = True) -> bool:
+    """The checks before validation: topic, partition, the record set's shape (``shape``), leadership, ISR. False
+    (and an error) if one fails. A run (:mod:`produce_run`) checks each request's shape itself."""
     info = broker.topics.get(part.topic)
     if info is None or not 0 <= part.index < info.partitions:
         refuse(broker, part, ErrorCode.unknown_topic_or_partition)
         return False
     if part.data is None:
         part.fail(ErrorCode.invalid_record, "null record set")
+        return False
+    problem = validation.request_shape_problem(part.data) if shape else None  # before leadership, as Kafka
+    if problem is not None:
+        part.fail(ErrorCode.invalid_record, problem)
         return False
     error, plog = broker.leader_log(part.topic, part.index)
     if plog is None:
@@ -132,9 +137,12 @@ def validate_inline(part: _Partition, compiled_left: list[int]) -> bool:
         if part.policy.plain:  # one small uncompressed batch: every check in one pass (None: anything else)
             summary = validation.check_small(part.data, part.cap, part.compacted)
             if summary is not None:
+                if summary.producer_id >= 0 and summary.base_sequence < 0:
+                    validation.check_sequence(summary)
                 part.outcome = summary
                 return True
         summary = records.validate(part.data, part.cap + records.LOG_OVERHEAD)
+        validation.check_sequence(summary)
         validation.check_records(part.data, part.cap, part.compacted, budget=validation.INLINE_BUDGET,
                                  bounds=part.policy.bounds(part.now),
                                  compiled_left=None if part.policy.rewrites else compiled_left)
@@ -173,13 +181,6 @@ def append(broker, part: _Partition, awaited: bool) -> int:
     """Append a validated partition's bytes; sets its response entry, returns the offset to wait for (-1: none).
     ``awaited``: the loop ran other work since admission, so leadership is checked again first."""
     plog = part.plog
-    outcome = part.outcome
-    if not isinstance(outcome, records.InvalidBatch) and (
-            outcome.batches != 1 or (outcome.producer_id >= 0 and outcome.base_sequence < 0)):
-        try:
-            validation.check_request_batches(outcome)
-        except records.InvalidBatch as exc:
-            part.outcome = exc
     if isinstance(part.outcome, records.InvalidBatch):
         part.fail(rejection(part.outcome), str(part.outcome), plog.log_start_offset)
         return -1

@@ -104,7 +104,7 @@ def answer(listener, data: bytes, pos: int, session) -> tuple[list[bytes], int] 
                                                                               quiet=True):
         return None  # alone, it gets TOPIC_AUTHORIZATION_FAILED (and its denial is logged)
     part = _Partition([pdata.index, 0, -1, -1, None], name, pdata.index, b"")  # its batches are checked below
-    if not admit(broker, part, request.acks) or not part.policy.plain:
+    if not admit(broker, part, request.acks, shape=False) or not part.policy.plain:  # check_small: one batch
         return None
     config = part.plog.config
     if config.flush_interval_messages != _NEVER:  # flush.messages set: its count is kept request by request

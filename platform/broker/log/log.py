@@ -199,7 +199,7 @@ class PartitionLog:
             raise
         if not self.replicated:
             self.high_watermark = next_offset
-        self.producers.apply_marker(producer_id, producer_epoch, coordinator_epoch, offset)
+        self.producers.apply_marker(producer_id, producer_epoch, coordinator_epoch, offset, timestamp_ms)
         self.producers.first_unstable_offset(self.high_watermark)  # forgets what the high watermark passed
         return offset
 
@@ -216,7 +216,7 @@ class PartitionLog:
             self.txn_index.add(AbortedTxn(header.producer_id, first, header.base_offset,
                                           min(first, self.high_watermark)))
         self.producers.apply_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
-                                    header.base_offset)
+                                    header.base_offset, header.max_timestamp)
         self.producers.first_unstable_offset(self.high_watermark)  # a follower's list stays short too
 
     def append_as_follower(self, data) -> int:

@@ -122,9 +122,11 @@ class ProducerStateManager:
         if coordinator_epoch < state.coordinator_epoch:
             raise CoordinatorFenced(f"coordinator epoch {coordinator_epoch} is older than {state.coordinator_epoch}")
 
-    def apply_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, offset: int) -> int:
-        """A marker for this producer was written at ``offset``: its transaction closes. Returns the first offset
-        of the transaction (-1: it wrote nothing here)."""
+    def apply_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, offset: int,
+                     timestamp: int = -1) -> int:
+        """A marker for this producer was written at ``offset`` (with ``timestamp``, the producer's last one now, as
+        in Kafka): its transaction closes. Returns the first offset of the transaction (-1: it wrote nothing
+        here)."""
         state = self._producers.get(producer_id)
         if state is None or epoch > state.epoch:
             previous = state
@@ -134,6 +136,7 @@ class ProducerStateManager:
         first = state.txn_first
         state.txn_first = -1
         state.coordinator_epoch = max(state.coordinator_epoch, coordinator_epoch)
+        state.last_timestamp = timestamp
         self._open.pop(producer_id, None)
         if first >= 0:
             self._closing.append((offset, first))

@@ -16,9 +16,10 @@ Per batch, in this order (the first failure decides; nothing of the partition is
   last record, offset deltas other than 0..n-1 in order: INVALID_RECORD (87);
 - a record without a key on a compacted topic: INVALID_RECORD (87).
 
-Per partition of a request (:func:`check_request_batches`, Kafka's ``ProduceRequest.validateRecords`` and
-``LogValidator``): more than one batch (Produce v3+ carries exactly one), or a batch with a producer id and a base
-sequence below 0: INVALID_RECORD (87).
+Per partition of a request, first of all (:func:`request_shape_problem`, Kafka's ``ProduceRequest.validateRecords``):
+no whole batch, more than one (Produce v3+ carries exactly one) or a magic other than 2: INVALID_RECORD (87). After
+framing and CRC, before the records (:func:`check_sequence`, Kafka's ``LogValidator``): a batch with a producer id
+and a base sequence below 0: INVALID_RECORD (87).
 
 Kafka rebuilds a compressed batch whose inner offsets are not 0..n-1 instead of rejecting it; logbus never
 rewrites a batch (it stores the bytes it was sent), so it rejects one. Kafka does not bound what a payload
@@ -121,12 +122,41 @@ class OverBudget(Exception):
     """The records hold more than the budget: check them again without one, off the event loop."""
 
 
-def check_request_batches(summary: records.BatchSummary) -> None:
-    """Kafka's rules for one partition of a client's Produce request, on what :func:`records.validate` found;
-    raises :class:`records.InvalidRecord` (INVALID_RECORD) with Kafka's message."""
-    if summary.batches != 1:
-        raise records.InvalidRecord("Produce requests with version 3 or later are only allowed to contain exactly "
-                                    f"one record batch per partition (this one has {summary.batches})")
+_LENGTH = struct.Struct(">i")
+HEADER_MIN = 17  # a batch's bytes up to and including its magic (Kafka's HEADER_SIZE_UP_TO_MAGIC)
+
+
+def request_shape_problem(buf) -> str | None:
+    """Kafka's ``ProduceRequest.validateRecords`` for Produce v3+, on one partition's record set before anything
+    else is checked (before leadership, CRC and size): exactly one whole batch, of magic 2. Kafka's message when
+    it fails (INVALID_RECORD), else None; a length too small to frame a batch is left to the framing check
+    (CORRUPT_MESSAGE). One length read and a comparison for the usual single batch."""
+    total = len(buf)
+    if total >= HEADER_MIN and _LENGTH.unpack_from(buf, 8)[0] + records.LOG_OVERHEAD == total and buf[16] == 2:
+        return None
+    pos = count = 0
+    while total - pos >= records.LOG_OVERHEAD:  # Kafka's batch iterator: a partial batch at the end is not one
+        length = _LENGTH.unpack_from(buf, pos + 8)[0]
+        if length < HEADER_MIN - records.LOG_OVERHEAD:
+            return None
+        if pos + records.LOG_OVERHEAD + length > total:
+            break
+        if buf[pos + 16] != 2:
+            return "Produce requests with version 3 or later are only allowed to contain record batches with magic " \
+                   "version 2"
+        count += 1
+        if count > 1:
+            return "Produce requests with version 3 or later are only allowed to contain exactly one record batch " \
+                   "per partition"
+        pos += records.LOG_OVERHEAD + length
+    if count == 0:
+        return "Produce requests with version 3 or later must have at least one record batch per partition"
+    return None
+
+
+def check_sequence(summary: records.BatchSummary) -> None:
+    """Kafka's LogValidator rule, after framing and CRC and before the records: a batch with a producer id has a
+    base sequence >= 0; else :class:`records.InvalidRecord` (INVALID_RECORD) with Kafka's message."""
     if summary.producer_id >= 0 and summary.base_sequence < 0:
         raise records.InvalidRecord(f"Invalid sequence number {summary.base_sequence} in record batch with "
                                     f"producerId {summary.producer_id}")

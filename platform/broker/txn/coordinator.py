@@ -351,9 +351,10 @@ class TransactionCoordinator:
         if self.broker.topics.get(TOPIC) is None:
             return ErrorCode.none, []
         out: list[m.TxnMetadata] = []
-        for p in range(self.partition_count):
-            if self._leader_epoch(p) is None:
-                continue
+        led = [p for p in range(self.partition_count) if self._leader_epoch(p) is not None]
+        for p in led:  # starts every load that is due, so that they run side by side
+            await self._owned(p)
+        for p in led:
             error, owned = await self._owned_soon(p)
             if error == ErrorCode.coordinator_load_in_progress:
                 return error, []
