@@ -1,20 +1,24 @@
-"""Schema identity: two texts are the same schema when their parsed forms are equal, as Confluent compares a
+"""Schema identity: two texts are the same schema when Avro writes them the same way, as Confluent compares a
 schema's canonical string rather than the text a client sent. Key order, whitespace, ``{"type": "int"}`` vs
-``"int"`` and a namespace written in the name or beside it do not make a new schema; field order does. No I/O."""
+``"int"``, a namespace written in the name or beside it, an alias written in full or relative to its namespace and
+the case of a field's ``order`` do not make a new schema; field order does. No I/O."""
 
 from __future__ import annotations
 
 import json
 
+from schema_registry.avro_json import write
 from schema_registry.compatibility import InvalidSchema, parse
 
 
 def identity(text: str, references: list[str] = ()) -> str:
-    """The canonical string of ``text`` (referenced schemas' texts, dependencies first, give named types):
-    the parsed schema written back as JSON with sorted object keys. A text that does not parse is its own
-    identity (compact JSON, or the text itself), so stored data that no longer parses still compares."""
+    """The canonical string of ``text`` (referenced schemas' texts, dependencies first, give named types): the
+    schema as Avro writes it (:func:`avro_json.write`), with sorted object keys. A text that does not parse is its
+    own identity (compact JSON, or the text itself), so stored data that no longer parses still compares."""
     try:
-        return json.dumps(parse(text, references).to_json(), sort_keys=True, separators=(",", ":"))
+        parse(text, references)
+        written = write(json.loads(text), [json.loads(r) for r in references])
+        return json.dumps(json.loads(written), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except InvalidSchema:
         try:
             return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))

@@ -15,13 +15,14 @@ class InvalidSchema(ValueError):
     pass
 
 
-def canonical(text: str, normalize: bool = False) -> str:
-    """The stored form: compact JSON; ``normalize`` also sorts object keys (fields keep their order)."""
+def canonical(text: str) -> str:
+    """``text`` as compact JSON (the stored form is :func:`schema_registry.avro_json.write`'s); InvalidSchema if it
+    is not JSON."""
     try:
         obj = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise InvalidSchema(f"Invalid schema: not JSON ({exc})") from None
-    return json.dumps(obj, separators=(",", ":"), sort_keys=normalize)
+    return json.dumps(obj, separators=(",", ":"))
 
 
 def parse(text: str, references: list[str] = ()):

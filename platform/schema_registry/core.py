@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import logging
 
+from schema_registry import avro_json
 from schema_registry.canonical import identity
 from schema_registry.compatibility import (
     InvalidSchema,
@@ -42,6 +43,15 @@ class RegistryError(Exception):
     @property
     def status(self) -> int:
         return self.code if self.code < 1000 else self.code // 100
+
+
+def normalized_references(references: list[dict] | None) -> list[dict]:
+    """Confluent's normalization of a schema's references: sorted by subject, then version, each once."""
+    out: list[dict] = []
+    for ref in sorted(references or [], key=lambda r: (str(r.get("subject")), int(r.get("version") or 0))):
+        if ref not in out:
+            out.append(ref)
+    return out
 
 
 @dataclass
@@ -226,13 +236,20 @@ class Registry:
             raise RegistryError(INVALID_SCHEMA, f"Invalid schema: schema type {schema_type} is not supported "
                                 "(this registry handles AVRO)")
         try:
-            text = canonical(text, normalize)
-            return text, parse(text, self._resolve(references))
+            referenced = self._resolve(references)
+            schema = parse(canonical(text), referenced)  # validated first: non-JSON and bad schemas are 42201
+            try:
+                text = avro_json.write(json.loads(text), [json.loads(r) for r in referenced], normalize)
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a shape the parsers let through
+                log.warning("storing a schema as sent (compact): Avro's writer form failed: %r", exc)
+                text = canonical(text)
+            return text, schema
         except InvalidSchema as exc:
             raise RegistryError(INVALID_SCHEMA, str(exc)) from None
 
     def lookup(self, subject: str, text: str, schema_type: str | None, references: list[dict], normalize: bool,
                deleted: bool = False) -> tuple[Version, Stored]:
+        references = normalized_references(references) if normalize else references
         versions = self.versions(subject, deleted=deleted)
         text, _ = self.prepare(text, schema_type, references, normalize)
         key = identity(text, self._resolve(references))
@@ -275,6 +292,7 @@ class Registry:
     async def register(self, subject: str, text: str, schema_type: str | None, references: list[dict],
                        normalize: bool) -> int:
         self._writable(subject)
+        references = normalized_references(references) if normalize else references
         async with self._lock:
             await self._ready()
             text, new = self.prepare(text, schema_type, references, normalize)

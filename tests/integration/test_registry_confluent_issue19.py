@@ -56,6 +56,31 @@ def test_subjects_with_a_slash_work_on_every_route(broker, registry):
     assert call("DELETE", f"{u}/subjects/{enc}?permanent=true") == (200, [1])
 
 
+def test_the_stored_text_is_avros_and_normalize_sorts_what_confluent_sorts(broker, registry):
+    """Confluent stores and serves Avro's Schema.toString() of what it was sent (its canonicalString), and with
+    normalize=true AvroSchema.normalize() of it; equivalent texts find the same id."""
+    u = start(registry, broker, "_schemas_avro_text")
+    sent = ('{ "fields": [ {"type": {"type": "int"}, "name": "n", "doc": "d"}, {"name": "t", "type": '
+            '{"logicalType": "timestamp-millis", "type": "long"}} ], "doc": "caf\u00e9", "name": "web.Hit", '
+            '"type": "record" }')
+    avro = ('{"type":"record","name":"Hit","namespace":"web","doc":"café","fields":[{"name":"n","type":"int",'
+            '"doc":"d"},{"name":"t","type":{"type":"long","logicalType":"timestamp-millis"}}]}')
+    assert call("POST", f"{u}/subjects/hit-value/versions", {"schema": sent}) == (200, {"id": 1})
+    assert call("GET", f"{u}/schemas/ids/1")[1]["schema"] == avro
+    assert call("GET", f"{u}/subjects/hit-value/versions/1")[1]["schema"] == avro
+    assert call("POST", f"{u}/subjects/hit-value", {"schema": sent})[1]["schema"] == avro
+    client = SchemaRegistryClient({"url": u})
+    assert client.get_schema(1).schema_str == avro
+    assert client.register_schema("hit-value", Schema(avro, "AVRO")) == 1  # the served text finds the same id
+    props = ('{"type":"record","name":"P","fields":[{"name":"amt","type":"double","default":0}],'
+             '"zeta":"z","alpha":{"y":1,"x":2}}')
+    assert call("POST", f"{u}/subjects/p-value/versions?normalize=true", {"schema": props}) == (200, {"id": 2})
+    assert call("GET", f"{u}/schemas/ids/2")[1]["schema"] == (
+        '{"type":"record","name":"P","fields":[{"name":"amt","type":"double","default":0.0}],'
+        '"alpha":{"x":2,"y":1},"zeta":"z"}')
+    assert call("POST", f"{u}/subjects/p-value/versions?normalize=true", {"schema": props}) == (200, {"id": 2})
+
+
 def test_equivalent_schema_texts_get_the_same_id_and_no_new_version(broker, registry):
     u = start(registry, broker, "_schemas_canonical")
     first = json.dumps(RECORD)

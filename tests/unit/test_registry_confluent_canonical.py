@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from schema_registry.avro_json import write
 from schema_registry.canonical import identity
-from schema_registry.compatibility import canonical
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -24,7 +24,8 @@ SAME = [
     ("primitive shorthand in a field",
      '{"type":"record","name":"A","fields":[{"name":"x","type":"int"}]}',
      '{"type":"record","name":"A","fields":[{"name":"x","type":{"type":"int"}}]}'),
-    ("normalize=true text", json.dumps(RECORD), canonical(json.dumps(RECORD, indent=2), normalize=True)),
+    ("normalize=true text", json.dumps(RECORD), write(RECORD, normalize=True)),
+    ("stored text", json.dumps(RECORD), write(json.loads(json.dumps(RECORD, indent=2)))),
 ]
 
 DIFFERENT = [
@@ -50,3 +51,60 @@ def test_different_schemas_have_different_identities(case, a, b):
 def test_a_text_that_does_not_parse_is_its_own_identity():
     assert identity('{"type": "nonsense"}') == identity('{ "type":"nonsense" }')
     assert identity("not json") == "not json"
+
+
+# ---- the stored text: Avro's Schema.toString() (Confluent's canonicalString), and normalize ----------------------
+STORED = [
+    ("primitive shorthand and whitespace", '{ "type" : "int" }', '"int"'),
+    ("Avro's key order, namespace beside the name",
+     '{"fields":[{"type":"string","name":"url","doc":"d"}],"name":"web.PageView","doc":"x","type":"record"}',
+     '{"type":"record","name":"PageView","namespace":"web","doc":"x","fields":[{"name":"url","type":"string",'
+     '"doc":"d"}]}'),
+    ("nested types: the namespace only where it changes, references by short name in their namespace",
+     '{"type":"record","name":"A","namespace":"n","fields":[{"name":"e","type":{"type":"enum","name":"E",'
+     '"symbols":["X","Y"],"default":"X","aliases":["n.Old"]}},{"name":"e2","type":"n.E"},'
+     '{"name":"f","type":{"type":"fixed","name":"o.F","size":4}},{"name":"f2","type":"o.F"}]}',
+     '{"type":"record","name":"A","namespace":"n","fields":[{"name":"e","type":{"type":"enum","name":"E",'
+     '"symbols":["X","Y"],"default":"X","aliases":["Old"]}},{"name":"e2","type":"E"},{"name":"f","type":{'
+     '"type":"fixed","name":"F","namespace":"o","size":4}},{"name":"f2","type":"o.F"}]}'),
+    ("field attributes in Avro's order, properties last, in their order, ascending left out",
+     '{"type":"record","name":"R","fields":[{"zz":1,"order":"descending","aliases":["b","a","b"],"default":5,'
+     '"type":{"logicalType":"timestamp-millis","type":"long"},"name":"t","aa":2},{"name":"u","type":"int",'
+     '"order":"ascending"}]}',
+     '{"type":"record","name":"R","fields":[{"name":"t","type":{"type":"long","logicalType":"timestamp-millis"},'
+     '"default":5,"order":"descending","aliases":["b","a"],"zz":1,"aa":2},{"name":"u","type":"int"}]}'),
+    ("arrays, maps and unions; non-ASCII text as it is",
+     '{"type":"record","name":"R","doc":"caf\u00e9","fields":[{"name":"a","type":{"items":["null","string"],'
+     '"type":"array"},"default":[]},{"name":"m","type":{"values":"long","type":"map","x":1}}]}',
+     '{"type":"record","name":"R","doc":"café","fields":[{"name":"a","type":{"type":"array","items":["null",'
+     '"string"]},"default":[]},{"name":"m","type":{"type":"map","values":"long","x":1}}]}'),
+]
+
+
+@pytest.mark.parametrize("case,given,stored", STORED, ids=[c[0] for c in STORED])
+def test_the_stored_text_is_avros_writer_form(case, given, stored):
+    assert write(json.loads(given)) == stored
+    assert identity(given) == identity(stored)
+
+
+def test_normalize_sorts_properties_aliases_and_default_objects_and_types_defaults():
+    given = ('{"namespace":"com.acme","type":"record","name":"Order","doc":"","fields":[{"name":"amt","type":'
+             '"double","default":0},{"name":"m","type":{"type":"map","values":"string"},"default":{"b":"2","a":"1"}},'
+             '{"name":"d","type":{"connect.name":"dec","type":"bytes","scale":2,"precision":6,'
+             '"logicalType":"decimal"}}],"zeta":"z","alpha":{"y":1,"x":2},"aliases":["Old2","Old1"]}')
+    assert write(json.loads(given), normalize=True) == (
+        '{"type":"record","name":"Order","namespace":"com.acme","fields":[{"name":"amt","type":"double",'
+        '"default":0.0},{"name":"m","type":{"type":"map","values":"string"},"default":{"a":"1","b":"2"}},'
+        '{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":6,"scale":2,'
+        '"connect.name":"dec"}}],"alpha":{"x":2,"y":1},"zeta":"z","aliases":["Old1","Old2"]}')
+    # without normalize only Avro's writer applies: the empty doc, the int default and every order stay
+    assert write(json.loads(given)).startswith('{"type":"record","name":"Order","namespace":"com.acme","doc":"",'
+                                               '"fields":[{"name":"amt","type":"double","default":0},')
+
+
+def test_named_types_of_referenced_schemas_are_written_by_name():
+    ref = {"type": "record", "name": "Address", "namespace": "geo", "fields": [{"name": "city", "type": "string"}]}
+    user = {"type": "record", "name": "User", "namespace": "geo",
+            "fields": [{"name": "home", "type": "geo.Address"}, {"name": "work", "type": ["null", "Address"]}]}
+    assert write(user, [ref]) == ('{"type":"record","name":"User","namespace":"geo","fields":[{"name":"home",'
+                                  '"type":"Address"},{"name":"work","type":["null","Address"]}]}')
