@@ -23,6 +23,7 @@ from schema_registry.compatibility import (
 
 log = logging.getLogger("schema_registry.core")
 
+CONFIG_KEYS = ("compatibilityLevel", "normalize")  # of a CONFIG record's value, as Confluent writes them
 SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
 SUBJECT_SOFT_DELETED, SUBJECT_NOT_SOFT_DELETED = 40404, 40405
 VERSION_SOFT_DELETED, VERSION_NOT_SOFT_DELETED = 40406, 40407
@@ -76,7 +77,7 @@ class Registry:
         self.instance_mode = instance_mode.upper()
         self.schemas: dict[int, Stored] = {}
         self.subjects: dict[str, dict[int, Version]] = {}
-        self.configs: dict[str | None, str] = {}
+        self.configs: dict[str | None, dict] = {}  # scope (None: global) -> compatibilityLevel and/or normalize
         self.modes: dict[str | None, str] = {}
         self.max_id = 0
         self._lock = asyncio.Lock()
@@ -122,7 +123,7 @@ class Registry:
             if value is None:
                 self.configs.pop(subject, None)
             else:
-                self.configs[subject] = value["compatibilityLevel"]
+                self.configs[subject] = {k: value[k] for k in CONFIG_KEYS if value.get(k) is not None}
         elif kind == "MODE":
             if value is None:
                 self.modes.pop(subject, None)
@@ -131,7 +132,16 @@ class Registry:
 
     # ---- reads --------------------------------------------------------------------------------------------------
     def level(self, subject: str | None) -> str:
-        return self.configs.get(subject) or self.configs.get(None) or self.default_level
+        return self._setting(subject, "compatibilityLevel") or self.default_level
+
+    def normalizing(self, subject: str | None) -> bool:
+        """The ``normalize`` config (Confluent's): the subject's if set, else the global one, else false. A request's
+        ``normalize=true`` normalizes too; ``normalize=false`` cannot turn a configured true off, as in Confluent."""
+        return bool(self._setting(subject, "normalize"))
+
+    def _setting(self, subject: str | None, key: str):
+        found = self.configs.get(subject, {}).get(key)
+        return found if found is not None else self.configs.get(None, {}).get(key)
 
     def mode(self, subject: str | None) -> str:
         return self.modes.get(subject) or self.modes.get(None) or "READWRITE"
@@ -249,6 +259,7 @@ class Registry:
 
     def lookup(self, subject: str, text: str, schema_type: str | None, references: list[dict], normalize: bool,
                deleted: bool = False) -> tuple[Version, Stored]:
+        normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
         versions = self.versions(subject, deleted=deleted)
         text, _ = self.prepare(text, schema_type, references, normalize)
@@ -261,7 +272,7 @@ class Registry:
 
     def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
               version: str | int | None, normalize: bool = False) -> list[str]:
-        _, new = self.prepare(text, schema_type, references, normalize)
+        _, new = self.prepare(text, schema_type, references, normalize or self.normalizing(subject))
         if version is None:
             try:
                 existing = self.versions(subject)
@@ -292,6 +303,7 @@ class Registry:
     async def register(self, subject: str, text: str, schema_type: str | None, references: list[dict],
                        normalize: bool) -> int:
         self._writable(subject)
+        normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
         async with self._lock:
             await self._ready()
@@ -361,13 +373,21 @@ class Registry:
                                    None)
             return v.version
 
-    async def set_level(self, subject: str | None, level: str | None) -> None:
+    async def set_config(self, subject: str | None, level: str | None, normalize: bool | None = None) -> None:
+        """Update a scope's config (what is not given stays, as Confluent merges a config update); ``level`` and
+        ``normalize`` both None deletes it (a tombstone)."""
         self._writable(subject)
         await self._ready()
         if level is not None and level.upper() not in LEVELS:
             raise RegistryError(INVALID_LEVEL, f"Invalid compatibility level. Valid values are {list(LEVELS)}")
-        await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0},
-                               None if level is None else {"compatibilityLevel": level.upper()})
+        value = None
+        if level is not None or normalize is not None:
+            value = dict(self.configs.get(subject, {}))
+            if level is not None:
+                value["compatibilityLevel"] = level.upper()
+            if normalize is not None:
+                value["normalize"] = bool(normalize)
+        await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0}, value)
 
     async def set_mode(self, subject: str | None, mode: str | None) -> None:
         """``None`` deletes the subject's mode (a tombstone)."""

@@ -81,6 +81,37 @@ def test_the_stored_text_is_avros_and_normalize_sorts_what_confluent_sorts(broke
     assert call("POST", f"{u}/subjects/p-value/versions?normalize=true", {"schema": props}) == (200, {"id": 2})
 
 
+def test_the_normalize_config_normalizes_without_the_query_parameter(broker, registry):
+    """Confluent's ``normalize`` config: per subject or global, merged with the compatibility level, echoed by PUT,
+    shown by GET; a subject setting wins over the global one."""
+    u = start(registry, broker, "_schemas_normalize_config")
+    props = '{"type":"record","name":"Q","fields":[{"name":"x","type":"float","default":1}],"b":1,"a":2}'
+    normalized = '{"type":"record","name":"Q","fields":[{"name":"x","type":"float","default":1.0}],"a":2,"b":1}'
+    assert call("PUT", f"{u}/config/q-value", {"normalize": True}) == (200, {"normalize": True})
+    assert call("GET", f"{u}/config/q-value") == (200, {"normalize": True})
+    assert call("PUT", f"{u}/config/q-value", {"compatibility": "full"}) == (200, {"compatibility": "FULL"})
+    assert call("GET", f"{u}/config/q-value") == (200, {"compatibilityLevel": "FULL", "normalize": True})
+    assert call("POST", f"{u}/subjects/q-value/versions", {"schema": props}) == (200, {"id": 1})
+    assert call("GET", f"{u}/schemas/ids/1")[1]["schema"] == normalized
+    assert call("POST", f"{u}/subjects/q-value", {"schema": props})[1]["version"] == 1  # lookup normalizes too
+    assert call("PUT", f"{u}/config/q-value", {"normalize": "yes"})[0] == 400
+    assert call("DELETE", f"{u}/config/q-value") == (200, {"compatibilityLevel": "FULL", "normalize": True})
+    # the global setting, and a subject's false over it
+    assert call("PUT", f"{u}/config", {"normalize": True}) == (200, {"normalize": True})
+    assert call("GET", f"{u}/config") == (200, {"compatibilityLevel": "BACKWARD", "normalize": True})
+    assert call("PUT", f"{u}/config/r-value", {"normalize": False}) == (200, {"normalize": False})
+    assert call("POST", f"{u}/subjects/s-value/versions", {"schema": props.replace('"Q"', '"S"')}) == \
+        (200, {"id": 2})
+    assert call("GET", f"{u}/schemas/ids/2")[1]["schema"] == normalized.replace('"Q"', '"S"')
+    assert call("POST", f"{u}/subjects/r-value/versions", {"schema": props.replace('"Q"', '"R"')}) == \
+        (200, {"id": 3})
+    assert call("GET", f"{u}/schemas/ids/3")[1]["schema"] == props.replace('"Q"', '"R"')
+    assert call("PUT", f"{u}/config", {}) == (422, {"error_code": 42203, "message": call(
+        "PUT", f"{u}/config", {"compatibility": "nonsense"})[1]["message"]})
+    assert call("DELETE", f"{u}/config") == (200, {"compatibilityLevel": "BACKWARD", "normalize": True})
+    assert call("GET", f"{u}/config") == (200, {"compatibilityLevel": "BACKWARD"})
+
+
 def test_equivalent_schema_texts_get_the_same_id_and_no_new_version(broker, registry):
     u = start(registry, broker, "_schemas_canonical")
     first = json.dumps(RECORD)
