@@ -14,12 +14,14 @@ Avro's writer (``Schema.toJson``), rule by rule:
 - a field: ``name``, ``type``, ``doc``, ``default`` (as written), ``order`` unless ascending (lower case),
   ``aliases``, its custom properties;
 - array and map: ``type``, ``items`` / ``values``, properties; a union is a list;
-- a named type already written (or defined by a referenced schema) is written as its name: short when its
-  namespace is the enclosing one, else full.
+- a named type already written (or a referenced schema's own type) is written as its name: short when its
+  namespace is the enclosing one and the short name is not one of Avro's type names, else full; a type nested in
+  a referenced schema is written out in full where it is first used (Confluent's ``toString(references)`` knows
+  only each reference's own name).
 
 ``normalize`` (Confluent's ``AvroSchemaUtils.toNormalizedString``, as stored after Avro writes it again): the
-custom properties of every type and field sorted by name, with ``logicalType`` and its own ``precision`` /
-``scale`` first, objects inside property values and inside defaults key-sorted at every level, aliases sorted, an
+custom properties of every type and field sorted by name, with the ``logicalType`` of a type Avro knows first
+(a decimal's ``precision``, and its ``scale`` unless 0, right after), objects inside property values and inside defaults key-sorted at every level, aliases sorted, an
 int default of a float or double field (or union whose first branch is one) written as a float, and an empty
 ``doc`` of a record, enum or fixed dropped. Field order, symbol order and union order never change.
 """
@@ -29,11 +31,18 @@ from __future__ import annotations
 import json
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+# Avro's Schema.Type names: a named type called one of these is always written with its namespace (Avro's
+# Name.shouldWriteFull), or it would read back as that type
+TYPE_NAMES = PRIMITIVES | {"record", "enum", "array", "map", "union", "fixed"}
 SCHEMA_RESERVED = frozenset({"doc", "fields", "items", "name", "namespace", "size", "symbols", "values", "type",
                              "aliases"})
 ENUM_RESERVED = SCHEMA_RESERVED | {"default"}
 FIELD_RESERVED = frozenset({"default", "doc", "name", "order", "type", "aliases"})
-LOGICAL_FIRST = ("logicalType", "precision", "scale")
+# logical types Avro knows: under normalize their logicalType (and a decimal's precision, and its scale unless 0)
+# come before the other properties (Confluent's setLogicalProps); an unknown one's properties are sorted with the rest
+LOGICAL_TYPES = frozenset({"decimal", "big-decimal", "uuid", "date", "time-millis", "time-micros",
+                           "timestamp-millis", "timestamp-micros", "timestamp-nanos", "local-timestamp-millis",
+                           "local-timestamp-micros", "local-timestamp-nanos", "duration"})
 
 
 def write(schema, referenced=(), normalize: bool = False) -> str:
@@ -41,8 +50,52 @@ def write(schema, referenced=(), normalize: bool = False) -> str:
     (dependencies first), whose named types it may use by name."""
     writer = _Writer(normalize)
     for ref in referenced:
-        writer.schema(ref, None)  # registers their named types; the text is not needed
+        _Definitions(writer.definitions).collect(ref, None)
+        top = _top_name(ref)
+        if top:  # Confluent's toString(referenced): only each reference's own name is known; a type nested in
+            writer.known.add(top)  # one is written out where it is first used, as Avro writes a new type
     return json.dumps(writer.schema(schema, None), separators=(",", ":"), ensure_ascii=False)
+
+
+def _full(node: dict, space: str | None) -> tuple[str | None, str]:
+    """(namespace, short name) of a named type's definition inside ``space``."""
+    name = node["name"]
+    if "." in name:
+        return _split(name)
+    namespace = node.get("namespace")
+    return (space if namespace is None else namespace or None), name
+
+
+def _top_name(node) -> str | None:
+    if isinstance(node, dict) and node.get("type") in ("record", "error", "enum", "fixed") and "name" in node:
+        own, short = _full(node, None)
+        return f"{own}.{short}" if own else short
+    return None
+
+
+class _Definitions:
+    """Every named type a referenced schema defines: full name -> (definition, the namespace it was defined in)."""
+
+    def __init__(self, out: dict):
+        self.out = out
+
+    def collect(self, node, space: str | None) -> None:
+        if isinstance(node, list):
+            for branch in node:
+                self.collect(branch, space)
+        elif isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, (dict, list)):
+                self.collect(kind, space)
+            elif kind in ("record", "error", "enum", "fixed") and "name" in node:
+                own, short = _full(node, space)
+                self.out.setdefault(f"{own}.{short}" if own else short, (node, space))
+                for field in node.get("fields") or () if kind in ("record", "error") else ():
+                    self.collect(field.get("type"), own)
+            elif kind == "array":
+                self.collect(node.get("items"), space)
+            elif kind == "map":
+                self.collect(node.get("values"), space)
 
 
 def _sorted_deep(value):
@@ -62,6 +115,7 @@ class _Writer:
     def __init__(self, normalize: bool):
         self.normalize = normalize
         self.known: set[str] = set()
+        self.definitions: dict[str, tuple[dict, str | None]] = {}  # of the referenced schemas' named types
 
     # ---- schemas ------------------------------------------------------------------------------------------------
     def schema(self, node, space: str | None):
@@ -85,12 +139,10 @@ class _Writer:
                     **self._props(node, SCHEMA_RESERVED)}
         return self._reference(kind, space)  # {"type": "some.Named"}
 
-    def _named(self, node: dict, kind: str, space: str | None) -> dict:
-        name = node["name"]
-        if "." in name:
-            own, short = _split(name)
-        else:
-            own, short = node.get("namespace", space) or None, name
+    def _named(self, node: dict, kind: str, space: str | None, defined_in: str | None = ...) -> dict:
+        """``defined_in``: the namespace the definition was written in, when it is written somewhere else (a type
+        of a referenced schema, written where it is first used)."""
+        own, short = _full(node, space if defined_in is ... else defined_in)
         full = f"{own}.{short}" if own else short
         self.known.add(full)
         out = {"type": kind, "name": short}
@@ -139,9 +191,13 @@ class _Writer:
         if "." in name:
             full = name
         else:
-            full = f"{space}.{name}" if space and f"{space}.{name}" in self.known else name
+            inside = f"{space}.{name}" if space else name
+            full = inside if inside in self.known or inside in self.definitions else name
+        if full not in self.known and full in self.definitions:  # a referenced schema's nested type: defined here
+            node, defined_in = self.definitions[full]
+            return self._named(node, node["type"], space, defined_in)
         own, short = _split(full)
-        return short if own == space else full
+        return short if own == space and short not in TYPE_NAMES else full
 
     def _aliases(self, aliases, space: str | None) -> list[str]:
         out = []
@@ -157,7 +213,11 @@ class _Writer:
         props = {k: v for k, v in node.items() if k not in reserved}
         if not self.normalize:
             return props
-        first = [k for k in LOGICAL_FIRST if k in props] if "logicalType" in props else []
+        first = []
+        if props.get("logicalType") in LOGICAL_TYPES:
+            first = ["logicalType"]
+            if props["logicalType"] == "decimal":
+                first += [k for k in ("precision",) if k in props] + (["scale"] if props.get("scale", 0) else [])
         rest = sorted(k for k in props if k not in first)
         return {k: _sorted_deep(props[k]) for k in first + rest}
 

@@ -132,7 +132,21 @@ class Registry:
 
     # ---- reads --------------------------------------------------------------------------------------------------
     def level(self, subject: str | None) -> str:
-        return self._setting(subject, "compatibilityLevel") or self.default_level
+        """The subject's level; a subject with a config of its own but no level there has the server's default (as
+        Confluent fills a subject config in), one without a config the global level."""
+        if subject is not None and subject in self.configs:
+            return self.configs[subject].get("compatibilityLevel") or self.default_level
+        return self.configs.get(None, {}).get("compatibilityLevel") or self.default_level
+
+    def config_shown(self, subject: str | None, to_global: bool = False) -> dict:
+        """A scope's config as GET /config shows it: what is set, the level filled in (``to_global``: unset
+        settings of a subject taken from the global config first, Confluent's mergeConfigs)."""
+        config = dict(self.configs.get(subject, {}))
+        if subject is not None and to_global:
+            config = {**self.configs.get(None, {}), **config}
+        shown = {k: config[k] for k in CONFIG_KEYS if k in config}
+        shown.setdefault("compatibilityLevel", self.default_level)
+        return {"compatibilityLevel": shown.pop("compatibilityLevel"), **shown}
 
     def normalizing(self, subject: str | None) -> bool:
         """The ``normalize`` config (Confluent's): the subject's if set, else the global one, else false. A request's
@@ -373,21 +387,25 @@ class Registry:
                                    None)
             return v.version
 
-    async def set_config(self, subject: str | None, level: str | None, normalize: bool | None = None) -> None:
-        """Update a scope's config (what is not given stays, as Confluent merges a config update); ``level`` and
-        ``normalize`` both None deletes it (a tombstone)."""
+    async def set_config(self, subject: str | None, changes: dict | None) -> dict | None:
+        """Update a scope's config as Confluent's ConfigValue.update: ``changes`` maps ``compatibilityLevel`` /
+        ``normalize`` to a new value, or to None to clear it; what it does not name stays. ``changes`` None deletes
+        the scope's config (a tombstone). Returns the config written."""
         self._writable(subject)
         await self._ready()
-        if level is not None and level.upper() not in LEVELS:
-            raise RegistryError(INVALID_LEVEL, f"Invalid compatibility level. Valid values are {list(LEVELS)}")
         value = None
-        if level is not None or normalize is not None:
+        if changes is not None:
+            level = changes.get("compatibilityLevel")
+            if level is not None and (not isinstance(level, str) or level.upper() not in LEVELS):
+                raise RegistryError(INVALID_LEVEL, f"Invalid compatibility level. Valid values are {list(LEVELS)}")
             value = dict(self.configs.get(subject, {}))
-            if level is not None:
-                value["compatibilityLevel"] = level.upper()
-            if normalize is not None:
-                value["normalize"] = bool(normalize)
+            for key, new in changes.items():
+                if new is None:
+                    value.pop(key, None)
+                else:
+                    value[key] = new.upper() if key == "compatibilityLevel" else bool(new)
         await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0}, value)
+        return value
 
     async def set_mode(self, subject: str | None, mode: str | None) -> None:
         """``None`` deletes the subject's mode (a tombstone)."""

@@ -56,8 +56,11 @@ def test_bad_crc_is_corrupt_message_and_nothing_is_written(broker, topic):
     corrupt[-1] ^= 0xFF
     resp = client.request(0, 7, produce_request(topic, bytes(corrupt)))
     assert resp.responses[0].partition_responses[0].error_code.value == 2  # CORRUPT_MESSAGE
-    torn = batch([b"four"])[:-3]
+    torn = batch([b"four"])[:-3]  # a cut-off batch is no batch to Kafka's iterator: "at least one record batch"
     resp = client.request(0, 7, produce_request(topic, torn))
+    assert resp.responses[0].partition_responses[0].error_code.value == 87  # INVALID_RECORD
+    torn_after_one = batch([b"four"]) + batch([b"four"])[:-3]  # a whole batch, then bytes of none: framing's
+    resp = client.request(0, 7, produce_request(topic, torn_after_one))
     assert resp.responses[0].partition_responses[0].error_code.value == 2
     # The same connection still works, and only the good batch is in the log.
     resp = client.request(0, 7, produce_request(topic, batch([b"five"])))

@@ -149,7 +149,11 @@ def test_a_request_partition_holds_exactly_one_magic_2_batch_and_producer_ids_ca
     old_magic = bytearray(one)
     old_magic[16] = 1
     assert "magic version 2" in validation.request_shape_problem(bytes(old_magic))
-    assert validation.request_shape_problem(one[:8] + struct.pack(">i", 3) + one[12:]) is None  # framing's
+    assert validation.request_shape_problem(one[:8] + struct.pack(">i", 13) + one[12:]) is None  # framing's
+    bad_magic = bytearray(one)
+    bad_magic[16] = 0xFF  # magic -1: Kafka's iterator says CorruptRecordException, so the framing check decides
+    assert validation.request_shape_problem(bytes(bad_magic)) is None
+    assert validation.request_shape_problem(bytes(bad_magic)[:-5]) is None
     summary = validation.validate(one, CAP)
     validation.check_sequence(summary)  # passes
     with pytest.raises(InvalidRecord, match="Invalid sequence number -1 in record batch with producerId 7"):

@@ -124,24 +124,32 @@ class OverBudget(Exception):
 
 _LENGTH = struct.Struct(">i")
 HEADER_MIN = 17  # a batch's bytes up to and including its magic (Kafka's HEADER_SIZE_UP_TO_MAGIC)
+RECORD_OVERHEAD_V0 = 14  # the smallest length Kafka's batch iterator takes (LegacyRecord.RECORD_OVERHEAD_V0)
 
 
 def request_shape_problem(buf) -> str | None:
     """Kafka's ``ProduceRequest.validateRecords`` for Produce v3+, on one partition's record set before anything
     else is checked (before leadership, CRC and size): exactly one whole batch, of magic 2. Kafka's message when
-    it fails (INVALID_RECORD), else None; a length too small to frame a batch is left to the framing check
-    (CORRUPT_MESSAGE). One length read and a comparison for the usual single batch."""
+    it fails (INVALID_RECORD), else None. As Kafka's batch iterator: a cut-off batch is no batch (so a record set
+    of one cut-off batch has none: INVALID_RECORD), a length below 14 or a magic above 2 is left to the framing
+    check (CORRUPT_MESSAGE, Kafka's CorruptRecordException). One length read and a comparison for the usual
+    single batch."""
     total = len(buf)
     if total >= HEADER_MIN and _LENGTH.unpack_from(buf, 8)[0] + records.LOG_OVERHEAD == total and buf[16] == 2:
         return None
     pos = count = 0
     while total - pos >= records.LOG_OVERHEAD:  # Kafka's batch iterator: a partial batch at the end is not one
         length = _LENGTH.unpack_from(buf, pos + 8)[0]
-        if length < HEADER_MIN - records.LOG_OVERHEAD:
+        if length < RECORD_OVERHEAD_V0:
+            return None  # Kafka's iterator: CorruptRecordException (CORRUPT_MESSAGE), as the framing check says
+        if total - pos < HEADER_MIN:
+            break
+        magic = buf[pos + 16]
+        if magic > 2:  # a negative or unknown magic: CorruptRecordException too
             return None
         if pos + records.LOG_OVERHEAD + length > total:
             break
-        if buf[pos + 16] != 2:
+        if magic != 2:
             return "Produce requests with version 3 or later are only allowed to contain record batches with magic " \
                    "version 2"
         count += 1

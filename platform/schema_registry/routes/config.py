@@ -1,5 +1,6 @@
-"""``/config``: the compatibility level and ``normalize``, global and per subject (Confluent's config: an update
-changes only what it names and is echoed back; GET shows what is set)."""
+"""``/config``: the compatibility level and ``normalize``, global and per subject, as Confluent's config: an update
+changes what it names (null clears a setting) and answers with the config it leaves; GET shows what is set, the
+level filled in with the server's default where a config has none."""
 
 from __future__ import annotations
 
@@ -8,31 +9,25 @@ from fastapi import APIRouter, Request
 from schema_registry.routes.common import RegistryDep, answer, body, error, truthy
 
 router = APIRouter()
-
-
-def _shown(config: dict) -> dict:
-    return {k: config[k] for k in ("compatibilityLevel", "normalize") if k in config}
+_NAMES = {"compatibility": "compatibilityLevel", "normalize": "normalize"}  # request field -> stored key
 
 
 async def _update(registry, subject: str | None, request: Request):
     update = await body(request)
-    level, normalize = update.get("compatibility"), update.get("normalize")
+    normalize = update.get("normalize")
     if normalize is not None and not isinstance(normalize, bool):
         return error(400, f"normalize must be true or false, not {normalize!r}")
-    if level is None and normalize is None:
-        level = ""  # nothing to change: an invalid compatibility level (42203), as before normalize existed
-    await registry.set_config(subject, level if isinstance(level, str) or level is None else "", normalize)
-    echoed = {}
-    if level is not None:
-        echoed["compatibility"] = level.upper()
-    if normalize is not None:
-        echoed["normalize"] = normalize
-    return answer(echoed)
+    written = await registry.set_config(subject, {stored: update[name] for name, stored in _NAMES.items()
+                                                  if name in update})
+    out = {"compatibility": written["compatibilityLevel"]} if "compatibilityLevel" in written else {}
+    if "normalize" in written:
+        out["normalize"] = written["normalize"]
+    return answer(out)
 
 
 @router.get("/config")
 async def get_config(registry: RegistryDep):
-    return answer({**_shown(registry.configs.get(None, {})), "compatibilityLevel": registry.level(None)})
+    return answer(registry.config_shown(None))
 
 
 @router.put("/config")
@@ -42,7 +37,7 @@ async def put_config(request: Request, registry: RegistryDep):
 
 @router.delete("/config")
 async def delete_config(registry: RegistryDep):
-    previous = {**_shown(registry.configs.get(None, {})), "compatibilityLevel": registry.level(None)}
+    previous = registry.config_shown(None)
     await registry.set_config(None, None)
     return answer(previous)
 
@@ -51,9 +46,9 @@ async def delete_config(registry: RegistryDep):
 async def get_subject_config(subject: str, registry: RegistryDep,
                              defaultToGlobal: str | None = None):  # noqa: N803 (Confluent's name)
     if subject in registry.configs:
-        return answer(_shown(registry.configs[subject]))
+        return answer(registry.config_shown(subject, to_global=truthy(defaultToGlobal)))
     if truthy(defaultToGlobal):
-        return answer({**_shown(registry.configs.get(None, {})), "compatibilityLevel": registry.level(None)})
+        return answer(registry.config_shown(None))
     return error(40408, f"Subject '{subject}' does not have subject-level compatibility configured")
 
 
@@ -66,6 +61,6 @@ async def put_subject_config(subject: str, request: Request, registry: RegistryD
 async def delete_subject_config(subject: str, registry: RegistryDep):
     if subject not in registry.configs:
         return error(40401, f"Subject '{subject}' not found.")
-    previous = _shown(registry.configs[subject])
+    previous = registry.config_shown(subject)
     await registry.set_config(subject, None)
     return answer(previous)
