@@ -50,7 +50,7 @@ def write(schema, referenced=(), normalize: bool = False) -> str:
     (dependencies first), whose named types it may use by name."""
     writer = _Writer(normalize)
     for ref in referenced:
-        _Definitions(writer.definitions).collect(ref, None)
+        _collect_definitions(ref, None, writer.definitions)
         top = _top_name(ref)
         if top:  # Confluent's toString(referenced): only each reference's own name is known; a type nested in
             writer.known.add(top)  # one is written out where it is first used, as Avro writes a new type
@@ -73,29 +73,25 @@ def _top_name(node) -> str | None:
     return None
 
 
-class _Definitions:
-    """Every named type a referenced schema defines: full name -> (definition, the namespace it was defined in)."""
-
-    def __init__(self, out: dict):
-        self.out = out
-
-    def collect(self, node, space: str | None) -> None:
-        if isinstance(node, list):
-            for branch in node:
-                self.collect(branch, space)
-        elif isinstance(node, dict):
-            kind = node.get("type")
-            if isinstance(kind, (dict, list)):
-                self.collect(kind, space)
-            elif kind in ("record", "error", "enum", "fixed") and "name" in node:
-                own, short = _full(node, space)
-                self.out.setdefault(f"{own}.{short}" if own else short, (node, space))
-                for field in node.get("fields") or () if kind in ("record", "error") else ():
-                    self.collect(field.get("type"), own)
-            elif kind == "array":
-                self.collect(node.get("items"), space)
-            elif kind == "map":
-                self.collect(node.get("values"), space)
+def _collect_definitions(node, space: str | None, out: dict) -> None:
+    """Every named type a referenced schema defines into ``out``: full name -> (definition, the namespace it was
+    defined in)."""
+    if isinstance(node, list):
+        for branch in node:
+            _collect_definitions(branch, space, out)
+    elif isinstance(node, dict):
+        kind = node.get("type")
+        if isinstance(kind, (dict, list)):
+            _collect_definitions(kind, space, out)
+        elif kind in ("record", "error", "enum", "fixed") and "name" in node:
+            own, short = _full(node, space)
+            out.setdefault(f"{own}.{short}" if own else short, (node, space))
+            for field in node.get("fields") or () if kind in ("record", "error") else ():
+                _collect_definitions(field.get("type"), own, out)
+        elif kind == "array":
+            _collect_definitions(node.get("items"), space, out)
+        elif kind == "map":
+            _collect_definitions(node.get("values"), space, out)
 
 
 def _sorted_deep(value):
@@ -130,7 +126,7 @@ class _Writer:
             props = self._props(node, SCHEMA_RESERVED)
             return {"type": kind, **props} if props else kind
         if kind in ("record", "error", "enum", "fixed"):
-            return self._named(node, kind, space)
+            return self._named(node, kind, space, space)
         if kind == "array":
             return {"type": "array", "items": self.schema(node["items"], space),
                     **self._props(node, SCHEMA_RESERVED)}
@@ -139,10 +135,10 @@ class _Writer:
                     **self._props(node, SCHEMA_RESERVED)}
         return self._reference(kind, space)  # {"type": "some.Named"}
 
-    def _named(self, node: dict, kind: str, space: str | None, defined_in: str | None = ...) -> dict:
-        """``defined_in``: the namespace the definition was written in, when it is written somewhere else (a type
-        of a referenced schema, written where it is first used)."""
-        own, short = _full(node, space if defined_in is ... else defined_in)
+    def _named(self, node: dict, kind: str, space: str | None, defined_in: str | None) -> dict:
+        """Written inside ``space``; ``defined_in``: the namespace its name resolves in (``space``, but for a type
+        of a referenced schema written where it is first used, the one it was defined in)."""
+        own, short = _full(node, defined_in)
         full = f"{own}.{short}" if own else short
         self.known.add(full)
         out = {"type": kind, "name": short}

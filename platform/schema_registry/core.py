@@ -141,21 +141,19 @@ class Registry:
     def config_shown(self, subject: str | None, to_global: bool = False) -> dict:
         """A scope's config as GET /config shows it: what is set, the level filled in (``to_global``: unset
         settings of a subject taken from the global config first, Confluent's mergeConfigs)."""
-        config = dict(self.configs.get(subject, {}))
+        config = self.configs.get(subject, {})
         if subject is not None and to_global:
             config = {**self.configs.get(None, {}), **config}
-        shown = {k: config[k] for k in CONFIG_KEYS if k in config}
-        shown.setdefault("compatibilityLevel", self.default_level)
-        return {"compatibilityLevel": shown.pop("compatibilityLevel"), **shown}
+        shown = {"compatibilityLevel": config.get("compatibilityLevel") or self.default_level}
+        if "normalize" in config:
+            shown["normalize"] = config["normalize"]
+        return shown
 
     def normalizing(self, subject: str | None) -> bool:
         """The ``normalize`` config (Confluent's): the subject's if set, else the global one, else false. A request's
         ``normalize=true`` normalizes too; ``normalize=false`` cannot turn a configured true off, as in Confluent."""
-        return bool(self._setting(subject, "normalize"))
-
-    def _setting(self, subject: str | None, key: str):
-        found = self.configs.get(subject, {}).get(key)
-        return found if found is not None else self.configs.get(None, {}).get(key)
+        found = self.configs.get(subject, {}).get("normalize")
+        return bool(self.configs.get(None, {}).get("normalize") if found is None else found)
 
     def mode(self, subject: str | None) -> str:
         return self.modes.get(subject) or self.modes.get(None) or "READWRITE"

@@ -8,19 +8,12 @@ Describe are listed; an entry with an error carries the schema's defaults (0 for
 now the start time -1, as Kafka's. A group's offsets in the transaction (AddOffsetsToTxn) are not listed: Kafka lists them as a
 ``__consumer_offsets`` partition, which logbus does not have (its offsets live in ZooKeeper)."""
 
-import datetime
-
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 from broker.security import access
 from broker.txn import metadata as m
 
 KEY = 65
-
-
-def ms_to_datetime(ms: int) -> datetime.datetime:
-    """A millisecond timestamp as kio's ``datetime_i64`` (-1 stays -1 on the wire)."""
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
 
 @handles(KEY, "DescribeTransactions", 0, 0)
@@ -37,7 +30,7 @@ async def handle(broker, header, request):
             error, meta = await broker.txn.describe(tid)
         if meta is None:
             out.append(build(state_cls, error_code=error, transactional_id=tid, transaction_state="",
-                             transaction_timeout=0, transaction_start_time=ms_to_datetime(0), producer_id=0,
+                             transaction_timeout=0, transaction_start_time=0, producer_id=0,
                              producer_epoch=0, topics=()))
             continue
         topics = tuple(build(topic_cls, topic=topic, partitions=tuple(sorted(parts)))
@@ -46,6 +39,6 @@ async def handle(broker, header, request):
                        and access.allowed(broker, "Describe", access.TOPIC, topic, quiet=True))
         out.append(build(state_cls, error_code=ErrorCode.none, transactional_id=tid,
                          transaction_state=m.STATE_NAMES[meta.state], transaction_timeout=meta.timeout_ms,
-                         transaction_start_time=ms_to_datetime(meta.start_ms), producer_id=meta.producer_id,
+                         transaction_start_time=meta.start_ms, producer_id=meta.producer_id,
                          producer_epoch=meta.producer_epoch, topics=topics))
     return build(cls, throttle_time=0, transaction_states=tuple(out))

@@ -137,8 +137,7 @@ def validate_inline(part: _Partition, compiled_left: list[int]) -> bool:
         if part.policy.plain:  # one small uncompressed batch: every check in one pass (None: anything else)
             summary = validation.check_small(part.data, part.cap, part.compacted)
             if summary is not None:
-                if summary.producer_id >= 0 and summary.base_sequence < 0:
-                    validation.check_sequence(summary)
+                validation.check_sequence(summary)
                 part.outcome = summary
                 return True
         summary = records.validate(part.data, part.cap + records.LOG_OVERHEAD)

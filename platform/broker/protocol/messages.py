@@ -2,7 +2,7 @@
 
 Each (api, version) has its own generated dataclasses; fields come and go between versions. Handlers build a
 response with :func:`build`, passing every field they know: fields the version lacks are dropped, plain ints
-become ``ErrorCode`` members or ``timedelta`` values where the schema wants them. No I/O here.
+become ``ErrorCode`` members, ``timedelta`` or ``datetime`` values where the schema wants them. No I/O here.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def build(cls, **values):
             value = ErrorCode(int(value))
         elif kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
             value = datetime.timedelta(milliseconds=value)
+        elif kafka_type == "datetime_i64" and isinstance(value, int):  # -1 ("none") stays -1 on the wire
+            value = datetime.datetime.fromtimestamp(value / 1000, datetime.timezone.utc)
         kwargs[name] = value
     return cls(**kwargs)
 
