@@ -115,7 +115,8 @@ class Key:
 
 
 IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 # Kafka's SSL and SASL keys; each may also be set for one listener as listener.name.<listener>.<key>.
 SECURITY_KEYS = [
@@ -141,10 +142,30 @@ SECURITY_KEYS = [
     Key("security.inter.broker.protocol", _choice(*SECURITY_PROTOCOLS), "PLAINTEXT",
         "Security protocol between brokers, when inter.broker.listener.name is not set."),
     Key("sasl.enabled.mechanisms", _list, ["GSSAPI"], "SASL mechanisms offered on SASL listeners (logbus: "
-        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)."),
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)."),
     Key("sasl.mechanism.inter.broker.protocol", _str, "GSSAPI", "SASL mechanism brokers use with each other."),
     Key("sasl.jaas.config", _str, None, "JAAS login configuration (usually set per listener and mechanism: "
         "listener.name.<listener>.<mechanism>.sasl.jaas.config)."),
+]
+# Keys that may also be set for one listener, or one listener and SASL mechanism:
+# listener.name.<listener>[.<mechanism>].<key> (Kafka's saslMechanismConfigPrefix)
+MECHANISM_KEYS = [
+    Key("connections.max.reauth.ms", _int(0), 0, "KIP-368: when positive, a SASL session lasts at most this "
+        "long: clients (SaslAuthenticate v1+) are told, and a connection not re-authenticated by then is closed "
+        "at its next request (0: sessions do not expire, except an OAUTHBEARER token's own expiry)."),
+    Key("sasl.server.callback.handler.class", _str, None, "OAUTHBEARER: unset for Kafka's unsecured JWS "
+        f"validator; {OAUTHBEARER_VALIDATOR} for signed JWTs checked against sasl.oauthbearer.jwks.endpoint.url."),
+    Key("sasl.oauthbearer.jwks.endpoint.url", _str, None, "OAUTHBEARER: the JWKS (http(s):// or file://) "
+        "whose keys sign valid tokens."),
+    Key("sasl.oauthbearer.jwks.endpoint.refresh.ms", _int(1), 3600000, "OAUTHBEARER: reload the JWKS this "
+        "often (and when a token names an unknown key id)."),
+    Key("sasl.oauthbearer.expected.audience", _list, [], "OAUTHBEARER: a token's aud must name one of these "
+        "(empty: not checked)."),
+    Key("sasl.oauthbearer.expected.issuer", _str, None, "OAUTHBEARER: a token's iss must be this (unset: not "
+        "checked)."),
+    Key("sasl.oauthbearer.sub.claim.name", _str, "sub", "OAUTHBEARER: the claim naming the principal."),
+    Key("sasl.oauthbearer.scope.claim.name", _str, "scope", "OAUTHBEARER: the claim holding the scope."),
+    Key("sasl.oauthbearer.clock.skew.seconds", _int(0), 30, "OAUTHBEARER: leeway for exp, iat and nbf."),
 ]
 # Kafka's PASSWORD-type keys: DescribeConfigs answers them with no value and is_sensitive=true.
 SENSITIVE_KEYS = frozenset(("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
@@ -167,6 +188,9 @@ def listener_scoped_key(name: str) -> Key | None:
     mechanism, sep, tail = rest.partition(".")
     if sep and tail == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
         return _JAAS_KEY
+    for key in MECHANISM_KEYS:
+        if key.name == rest or (sep and key.name == tail and mechanism.upper() in SASL_MECHANISMS):
+            return key
     return None
 
 
@@ -188,6 +212,7 @@ KEYS: dict[str, Key] = {
             "(default: the listener of security.inter.broker.protocol if set, else the one named PLAINTEXT, "
             "else the first)."),
         *SECURITY_KEYS,
+        *MECHANISM_KEYS,
         Key("log.dirs", _list, ["/tmp/logbus-logs"], "Directories holding partition logs."),
         Key("num.partitions", _int(1), 1, "Partitions of an auto-created topic."),
         Key("default.replication.factor", _int(1), 1, "Replication factor of an auto-created topic."),
@@ -447,12 +472,26 @@ class BrokerConfig:
                 offered = self.listener_value(spec.name, "sasl.enabled.mechanisms") or []
                 if not any(m.upper() in SASL_MECHANISMS for m in offered):
                     raise ConfigError(f"listener {spec.name}: sasl.enabled.mechanisms={','.join(offered)} has none "
-                                      f"of {', '.join(SASL_MECHANISMS)} (GSSAPI and OAUTHBEARER are not implemented)")
+                                      f"of {', '.join(SASL_MECHANISMS)} (GSSAPI is not implemented)")
+                if "OAUTHBEARER" in (m.upper() for m in offered):
+                    self._check_oauthbearer(spec.name)
         if self.listener_protocol(self.inter_broker_listener).startswith("SASL_"):
             mechanism = self["sasl.mechanism.inter.broker.protocol"].upper()
             if mechanism not in SASL_MECHANISMS:
                 raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: logbus implements "
                                   f"{', '.join(SASL_MECHANISMS)}")
+
+    def _check_oauthbearer(self, listener: str) -> None:
+        handler = self.mechanism_value(listener, "OAUTHBEARER", "sasl.server.callback.handler.class")
+        if handler not in (None, OAUTHBEARER_VALIDATOR):
+            raise ConfigError(f"listener {listener}: sasl.server.callback.handler.class={handler}: logbus "
+                              f"implements Kafka's unsecured validator (unset) and {OAUTHBEARER_VALIDATOR}")
+        url = self.mechanism_value(listener, "OAUTHBEARER", "sasl.oauthbearer.jwks.endpoint.url")
+        if handler is not None and not url:
+            raise ConfigError(f"listener {listener}: {OAUTHBEARER_VALIDATOR} needs "
+                              "sasl.oauthbearer.jwks.endpoint.url")
+        if url and not url.startswith(("http://", "https://", "file:")):
+            raise ConfigError(f"sasl.oauthbearer.jwks.endpoint.url={url}: expected an http(s):// or file: URL")
 
     def listener_protocol(self, name: str) -> str:
         """The security protocol of listener ``name`` (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
@@ -462,6 +501,12 @@ class BrokerConfig:
         """``key`` as listener ``name`` sees it: ``listener.name.<name>.<key>`` if set, else ``key``."""
         scoped = f"listener.name.{name.lower()}.{key}"
         return self._values[scoped] if scoped in self._values else self._values.get(key)
+
+    def mechanism_value(self, name: str, mechanism: str, key: str):
+        """``key`` for SASL ``mechanism`` on listener ``name``: ``listener.name.<name>.<mechanism>.<key>``, else
+        :meth:`listener_value` (Kafka's listener and mechanism prefixes)."""
+        scoped = f"listener.name.{name.lower()}.{mechanism.lower()}.{key}"
+        return self._values[scoped] if scoped in self._values else self.listener_value(name, key)
 
     @property
     def listener(self) -> tuple[str, int]:

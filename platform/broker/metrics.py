@@ -41,6 +41,9 @@ class BrokerMetrics:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.failed_authentications: dict[str, int] = defaultdict(int)  # per listener
+        self.successful_reauthentications: dict[str, int] = defaultdict(int)  # per listener (KIP-368)
+        self.failed_reauthentications: dict[str, int] = defaultdict(int)
+        self.expired_connections_killed: dict[str, int] = defaultdict(int)
         self._server = None
 
     # ---- the request path --------------------------------------------------------------------------------
@@ -131,6 +134,15 @@ async def _snapshot(m: BrokerMetrics, broker) -> list:
     out.append(_counter("kafka_server_socketservermetrics_failed_authentication",
                         "Failed SASL authentications, per listener.", ["listener"],
                         [((name, ), m.failed_authentications.get(name, 0)) for name in broker.listeners]))
+    for name, doc, values in (
+            ("successful_reauthentication", "SASL re-authentications that succeeded, per listener (KIP-368).",
+             m.successful_reauthentications),
+            ("failed_reauthentication", "SASL re-authentications that failed, per listener (KIP-368).",
+             m.failed_reauthentications),
+            ("expired_connections_killed", "Connections closed because their SASL session expired without a "
+             "re-authentication, per listener (KIP-368).", m.expired_connections_killed)):
+        out.append(_counter(f"kafka_server_socketservermetrics_{name}", doc, ["listener"],
+                            [((listener, ), values.get(listener, 0)) for listener in broker.listeners]))
     authorizer = getattr(broker, "authorizer", None)
     if authorizer is not None:
         out.append(_counter("kafka_server_authorizer_authorization_denied", "Operations the ACLs refused.", [],

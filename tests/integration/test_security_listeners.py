@@ -251,7 +251,7 @@ def secure_cluster(tmp_path_factory, pki):
     try:
         for i in range(3):
             b = BrokerProcess(base / f"b{i}", broker_id=i)
-            b.secure = free_port()
+            b.secure, b.metrics_port = free_port(), free_port()
             b.settings.update({
                 "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SECURE://127.0.0.1:{b.secure}",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
@@ -267,6 +267,9 @@ def secure_cluster(tmp_path_factory, pki):
                 "listener.name.secure.ssl.truststore.location": str(pki["ca"]),
                 "zookeeper.connect": zk.connect + "/secure", "zookeeper.session.timeout.ms": 6000,
                 "replica.fetch.wait.max.ms": 100, "replica.lag.time.max.ms": 5000,
+                # KIP-368: sessions of 4 s, renewed by the brokers' own connections and by the clients
+                "listener.name.secure.scram-sha-512.connections.max.reauth.ms": 4000,
+                "metrics.listener": f"http://127.0.0.1:{b.metrics_port}",
                 "group.initial.rebalance.delay.ms": 0,
             })
             brokers.append(b.start())
@@ -299,6 +302,39 @@ def test_cluster_replicates_over_the_secure_inter_broker_listener(secure_cluster
         erin = {**conf, "bootstrap.servers": f"127.0.0.1:{b.secure}", "sasl.username": "erin",
                 "sasl.password": "erin-pw"}
         assert AdminClient(erin).list_topics(timeout=10).brokers
+
+
+def _expired_connections_killed(broker) -> float:
+    import requests
+
+    body = requests.get(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line.startswith("kafka_server_socketservermetrics_expired_connections_killed_total"))
+
+
+def test_inter_broker_sessions_are_renewed(secure_cluster, pki):
+    """Sessions on the inter-broker listener last 4 s (connections.max.reauth.ms): the followers' fetchers
+    renew theirs before they end, so replication with min.insync.replicas=3 goes on over three lifetimes and no
+    broker closes a connection for an expired session."""
+    brokers = secure_cluster
+    conf = {"bootstrap.servers": ",".join(f"127.0.0.1:{b.secure}" for b in brokers),
+            "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice", "sasl.password": "alice-pw"}
+    topic = f"sec-renew-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})])[topic].result(30)
+    killed = [_expired_connections_killed(b) for b in brokers]
+    producer = Producer({**conf, "acks": "all", "message.timeout.ms": 20000})
+    acked = []
+    end = time.monotonic() + 12
+    while time.monotonic() < end:
+        producer.produce(topic, value=b"x", on_delivery=lambda err, msg: acked.append(err))
+        producer.poll(0.2)
+    assert producer.flush(30) == 0
+    assert acked and all(err is None for err in acked), acked[:5]
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    assert all(sorted(p.isrs) == [0, 1, 2] for p in parts)
+    assert [_expired_connections_killed(b) for b in brokers] == killed, [b.log_text()[-1500:] for b in brokers]
 
 
 def test_sasl_requests_on_a_plaintext_listener_are_errors_not_disconnects(sasl_broker):

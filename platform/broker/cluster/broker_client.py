@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from broker.network.connect import open_broker_connection
+from broker.network.connect import open_broker_connection, renewal_due
 from broker.protocol import codec
 
 
@@ -31,6 +31,8 @@ class BrokerClient:
         async with self._lock:
             try:
                 async with asyncio.timeout(timeout):
+                    if self._writer is not None and renewal_due(self._writer):  # KIP-368: a new session
+                        self.close()
                     if self._writer is None:
                         address = self._address()
                         if address is None:

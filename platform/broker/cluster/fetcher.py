@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from broker.log.log import NotContiguous
 from broker.log.storage_errors import incidents, log_dir_of
-from broker.network.connect import open_broker_connection
+from broker.network.connect import open_broker_connection, renewal_due
 from broker.network.frames import FrameReader, take_over
 from broker.protocol import codec, fetch_request, fetch_response, records
 from broker.protocol.messages import ErrorCode
@@ -168,6 +168,8 @@ class LeaderFetcher:
                 except asyncio.TimeoutError:
                     pass
                 continue
+            if self._writer is not None and renewal_due(self._writer):  # KIP-368: a new session
+                self._close()
             if self._writer is None and not await self._connect():
                 await asyncio.sleep(backoff)
                 continue

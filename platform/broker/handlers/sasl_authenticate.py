@@ -1,8 +1,11 @@
 """SaslAuthenticate (key 36), v0–2: one SASL token each way. A failed authentication is answered
-SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection is closed (as Kafka does)."""
+SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection is closed (as Kafka does). The last answer
+carries the session's lifetime (v1+, KIP-368): ``connections.max.reauth.ms`` or an OAUTHBEARER token's expiry,
+0 when the session does not expire."""
 
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, response_class
+from broker.security import sasl
 from broker.security.sasl import SaslFailure
 
 KEY = 36
@@ -19,13 +22,20 @@ async def handle(broker, header, request):
             session.close_after_response = not session.authenticated
         return build(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SaslAuthenticate out of order: "
                      "SaslHandshake first, once per connection", auth_bytes=b"", session_lifetime=0)
+    session.reauth_supported = session.reauth_supported or header.api_version > 0
+    reauthentication = session.reauthenticating_as is not None
+    lifetime = 0
     try:
         reply = await session.sasl.respond(request.auth_bytes)
+        if session.sasl.complete:
+            lifetime = sasl.finish(session, broker.config, session.sasl)
     except SaslFailure as exc:
         session.close_after_response = True
         broker.metrics.failed_authentications[session.listener] += 1
+        if reauthentication:
+            broker.metrics.failed_reauthentications[session.listener] += 1
         return build(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"",
                      session_lifetime=0)
-    if session.sasl.complete:
-        session.authenticated, session.principal = True, session.sasl.principal
-    return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
+    if reauthentication and session.authenticated:
+        broker.metrics.successful_reauthentications[session.listener] += 1
+    return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=lifetime)

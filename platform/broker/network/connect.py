@@ -1,17 +1,31 @@
 """Connections from this broker to another one on the inter-broker listener (replica fetcher, transaction
 markers): TLS when that listener's protocol is SSL or SASL_SSL, then SASL authentication when it is
 SASL_PLAINTEXT or SASL_SSL, with this broker's own credentials (``sasl.mechanism.inter.broker.protocol`` and
-``listener.name.<listener>.<mechanism>.sasl.jaas.config``)."""
+``listener.name.<listener>.<mechanism>.sasl.jaas.config``).
+
+A session with a lifetime (KIP-368: the other broker's ``connections.max.reauth.ms``, or a token's expiry) is
+renewed by reconnecting: :func:`renewal_due` turns true at a random point between 85% and 95% of the lifetime,
+as Kafka's clients time their re-authentication, and the caller then closes the connection between requests."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import struct
+import time
+import weakref
 
 from broker.protocol import codec
 from broker.security import tls
 
 _contexts: dict[int, tuple[object, object]] = {}  # id(config) -> (config, its client context)
+_renew_at: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # writer -> time.monotonic() to renew
+
+
+def renewal_due(writer: asyncio.StreamWriter) -> bool:
+    """Whether the session of a connection opened by :func:`open_broker_connection` should be renewed now."""
+    at = _renew_at.get(writer)
+    return at is not None and time.monotonic() >= at
 
 
 def _client_context(config, listener: str):
@@ -31,10 +45,12 @@ async def open_broker_connection(config, host: str, port: int, client_id: str, l
                                                    server_hostname=host if context is not None else None)
     if protocol.startswith("SASL_"):
         try:
-            await _authenticate(config, listener, reader, writer, client_id)
+            lifetime_ms = await _authenticate(config, listener, reader, writer, client_id)
         except BaseException:
             writer.transport.abort()
             raise
+        if lifetime_ms > 0:
+            _renew_at[writer] = time.monotonic() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
     return reader, writer
 
 
@@ -48,7 +64,8 @@ async def _call(reader, writer, api_key: int, version: int, correlation: int, cl
     return response
 
 
-async def _authenticate(config, listener: str, reader, writer, client_id: str) -> None:
+async def _authenticate(config, listener: str, reader, writer, client_id: str) -> int:
+    """SASL on a new connection; the session lifetime the broker gave (ms, 0: none)."""
     from broker.protocol.codec import request_type
     from broker.security.sasl import client_exchange
 
@@ -65,5 +82,5 @@ async def _authenticate(config, listener: str, reader, writer, client_id: str) -
             raise ConnectionError(f"SASL {mechanism} authentication failed: {response.error_message}")
         token = exchange.respond(response.auth_bytes)
         if token is None:
-            return
+            return round(response.session_lifetime.total_seconds() * 1000)
         correlation += 1

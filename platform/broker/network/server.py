@@ -37,7 +37,8 @@ Connections over ``max.connections`` (the inter-broker listener exempt), a liste
 
 Security: an SSL or SASL_SSL listener serves TLS (``broker.security.tls``); on a SASL_PLAINTEXT or SASL_SSL
 listener a connection may send only ApiVersions, SaslHandshake and SaslAuthenticate until it has
-authenticated (anything else closes it, as Kafka does). Each connection's
+authenticated (anything else closes it, as Kafka does), and a request other than a re-authentication after its
+session ended (KIP-368) closes it without an answer. Each connection's
 :class:`~broker.network.session.Session` (principal, peer host, SASL
 state) is in the context variable :data:`current_session`.
 """
@@ -101,6 +102,10 @@ async def _more(reader: asyncio.StreamReader) -> bytes:
     if not chunk:
         raise asyncio.IncompleteReadError(b"", None)
     return chunk
+
+
+class SessionExpired(ConnectionError):
+    """A request on a connection whose SASL session ended without a re-authentication (KIP-368)."""
 
 
 class MemoryPool:
@@ -288,7 +293,9 @@ class KafkaListener:
                 reserved = 0
                 if have - 4 >= size:  # a whole frame is here already (pipelined requests: most of them)
                     if (size <= produce_run.FRAME_MAX and have - 8 >= size and not data[start] and not data[start + 1]
-                            and session.authenticated and not session.raw_tokens):  # a small Produce, a frame behind
+                            and session.authenticated and not session.raw_tokens
+                            and (session.expires is None or not session.expired(time.monotonic()))):
+                        # a small Produce, a frame behind, on a live session
                         run = produce_run.answer(self, data, pos, session)
                         if run is not None:  # a run of unbatched requests, handled as one
                             answers, pos = run
@@ -339,6 +346,8 @@ class KafkaListener:
                 if session.close_after_response:
                     responses.flush()
                     return
+        except SessionExpired as exc:  # Kafka closes such a connection without an answer
+            log.info("closing connection from %s: %s", peer, exc)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except MalformedRequest as exc:
@@ -376,8 +385,14 @@ class KafkaListener:
             raise MalformedRequest(f"unknown api key {header.api_key}")
         if session is None:
             session = current_session.get()
-        if session is not None and not session.authenticated and header.api_key not in SASL_KEYS:
-            raise MalformedRequest(f"{api.name} before SASL authentication on listener {self.name}")
+        if session is not None:
+            if not session.authenticated and header.api_key not in SASL_KEYS:
+                raise MalformedRequest(f"{api.name} before SASL authentication on listener {self.name}")
+            if session.expired(time.monotonic()) and session.reauthenticating_as is None and \
+                    not (header.api_key == 17 and session.reauth_supported):
+                self.broker.metrics.expired_connections_killed[self.name] += 1
+                raise SessionExpired(f"{api.name} after the SASL session of {session.principal} expired "
+                                     "(KIP-368: connections.max.reauth.ms or the token's expiry)")
         if not api.min_version <= header.api_version <= api.max_version:
             if header.api_key == codec.API_VERSIONS_KEY:
                 return [codec.encode_response(header.api_key, 0, header.correlation_id,
@@ -403,18 +418,18 @@ class KafkaListener:
         return [codec.encode_response(header.api_key, header.api_version, header.correlation_id, result)]
 
     async def _raw_sasl_token(self, session: Session, token: bytes) -> list:
-        from broker.security.sasl import SaslFailure
+        from broker.security.sasl import SaslFailure, finish
 
         session.raw_tokens = False
         try:
             reply = await session.sasl.respond(token)
+            if session.sasl.complete:
+                finish(session, self.broker.config, session.sasl)  # no way to tell the client a lifetime
+            else:
+                session.raw_tokens = True
         except SaslFailure as exc:
             self.broker.metrics.failed_authentications[session.listener] += 1
             raise MalformedRequest(f"SASL authentication failed: {exc}") from None
-        if session.sasl.complete:
-            session.authenticated, session.principal = True, session.sasl.principal
-        else:
-            session.raw_tokens = True
         return [len(reply).to_bytes(4, "big") + reply]
 
     async def _write(self, writer: asyncio.StreamWriter, parts: list) -> None:

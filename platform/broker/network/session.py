@@ -17,6 +17,16 @@ class Session:
         self.sasl = None  # the SASL exchange in progress (broker.security.sasl.ServerExchange)
         self.raw_tokens = False  # after SaslHandshake v0: the next frames are bare SASL tokens
         self.close_after_response = False  # a failed SASL step: answer, then close (as Kafka)
+        # KIP-368: the mechanism authenticated with, when the session ends (time.monotonic(); None: never),
+        # whether the client can re-authenticate (it sent SaslAuthenticate v1+), and during a re-authentication
+        # the principal it must keep
+        self.mechanism: str | None = None
+        self.expires: float | None = None
+        self.reauth_supported = False
+        self.reauthenticating_as: str | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires is not None and now >= self.expires
 
 
 current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("logbus_session", default=None)

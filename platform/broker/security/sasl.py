@@ -1,15 +1,28 @@
 """SASL exchanges of one connection (server side) and of this broker's own connections to other brokers
-(client side): PLAIN and SCRAM-SHA-256/512. SCRAM credentials come from an async lookup (ZooKeeper or a file,
-see :mod:`broker.security.credentials`); PLAIN users from the listener's JAAS config. No network I/O."""
+(client side): PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER. SCRAM credentials come from an async lookup (ZooKeeper or
+a file, see :mod:`broker.security.credentials`); PLAIN users from the listener's JAAS config; OAUTHBEARER tokens
+are checked by Kafka's unsecured JWS validator or, with ``sasl.server.callback.handler.class`` set to Kafka's
+``OAuthBearerValidatorCallbackHandler``, against a JWKS (KIP-768; :mod:`broker.security.oauthbearer`).
+
+Sessions (KIP-368): :func:`finish` records a completed authentication on the connection's session, with the
+session's end: ``connections.max.reauth.ms`` and an OAUTHBEARER token's expiry, whichever comes first, as Kafka's
+``SaslServerAuthenticator`` computes it. A re-authentication must keep the mechanism and the principal. No network
+I/O here (a JWKS is fetched by :class:`~broker.security.oauthbearer.JwksKeys`)."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Awaitable, Callable
 
-from broker.security import scram
+from broker.security import oauthbearer, scram
 from settings import jaas
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+log = logging.getLogger(__name__)
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTHBEARER_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 
 class SaslFailure(Exception):
@@ -32,21 +45,60 @@ class ServerExchange:
     :class:`SaslFailure`. Once :attr:`complete`, :attr:`principal` is ``User:<name>``."""
 
     def __init__(self, mechanism: str, plain_users: Callable[[], dict[str, str]],
-                 scram_lookup: Callable[[str, str], Awaitable[scram.ScramCredential | None]]):
+                 scram_lookup: Callable[[str, str], Awaitable[scram.ScramCredential | None]],
+                 validate_token: Callable[[str], Awaitable[oauthbearer.Token]] | None = None,
+                 refused: str | None = None):
         self.mechanism = mechanism.upper()
         self._plain_users = plain_users
         self._lookup = scram_lookup
+        self._validate_token = validate_token
+        self._refused = refused  # a re-authentication with another mechanism: this message, at the first token
         self._scram = scram.ScramServer(self.mechanism) if self.mechanism.startswith("SCRAM-") else None
         self._step = 0
+        self._oauth_error: bytes | None = None  # the error challenge sent; the client acknowledges it with 0x01
         self.complete = False
         self.principal: str | None = None
+        self.credential_expiry_ms: int | None = None  # an OAUTHBEARER token's exp (ms since the epoch)
 
     async def respond(self, token: bytes) -> bytes:
+        if self._refused is not None:
+            raise SaslFailure(self._refused)
         if self.complete:
             raise SaslFailure("authentication already complete")
         if self.mechanism == "PLAIN":
             return self._plain(bytes(token))
+        if self.mechanism == "OAUTHBEARER":
+            return await self._oauthbearer(bytes(token))
         return await self._scram_step(bytes(token))
+
+    async def _oauthbearer(self, token: bytes) -> bytes:
+        """Kafka's OAuthBearerSaslServer: a refused token is answered with a JSON error challenge, which the
+        client acknowledges with 0x01; then the authentication fails with that JSON as its message."""
+        if token == b"\x01" and self._oauth_error is not None:
+            raise SaslFailure(self._oauth_error.decode())
+        self._oauth_error = None
+        invalid = ("Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                   "OAUTHBEARER")
+        try:
+            first = oauthbearer.parse_client_first(token)
+        except oauthbearer.OAuthBearerError:
+            raise SaslFailure(invalid) from None
+        try:
+            checked = await self._validate_token(first.token)
+        except oauthbearer.TokenInvalid as exc:
+            log.info("OAUTHBEARER token refused: %s", exc.reason)
+            self._oauth_error = oauthbearer.error_challenge(exc.status, exc.scope)
+            return self._oauth_error
+        except Exception as exc:  # the JWKS could not be read, ...: Kafka's internal-error answer
+            log.warning("OAUTHBEARER token not checked: %s", exc)
+            raise SaslFailure("Authentication could not be performed due to an internal error on the server") \
+                from None
+        if first.authzid and first.authzid != checked.principal:
+            raise SaslFailure(f"Authentication failed: Client requested an authorization id ({first.authzid}) "
+                              f"that is different from the token's principal name ({checked.principal})")
+        self.complete, self.principal = True, f"User:{checked.principal}"
+        self.credential_expiry_ms = checked.lifetime_ms
+        return b""
 
     def _plain(self, token: bytes) -> bytes:
         parts = token.split(b"\0")
@@ -86,6 +138,70 @@ class ServerExchange:
         raise SaslFailure("unexpected SASL token")
 
 
+def session_lifetime_ms(max_reauth_ms: int, credential_expiry_ms: int | None, now_ms: int) -> int | None:
+    """How long a session just authenticated lasts (ms), None: unbounded. Kafka's
+    ``calcCompletionTimesAndReturnSessionLifetimeMs``: the smaller of ``connections.max.reauth.ms`` (when
+    positive) and the credential's remaining lifetime, never negative."""
+    if credential_expiry_ms is None and max_reauth_ms <= 0:
+        return None
+    if credential_expiry_ms is None:
+        return max_reauth_ms
+    left = max(0, credential_expiry_ms - now_ms)
+    return left if max_reauth_ms <= 0 else min(left, max_reauth_ms)
+
+
+def finish(session, config, exchange: ServerExchange) -> int:
+    """Record ``exchange``'s completed authentication on ``session``; the session lifetime to tell the client
+    (ms, 0: none). Raises :class:`SaslFailure` when a re-authentication would change the principal."""
+    if session.reauthenticating_as is not None and exchange.principal != session.reauthenticating_as:
+        before, after = (p.partition(":")[::2] for p in (session.reauthenticating_as, exchange.principal))
+        raise SaslFailure(f"Cannot change principals during re-authentication from {before[0]}.{before[1]}: "
+                          f"{after[0]}.{after[1]}")
+    max_reauth = config.mechanism_value(session.listener, exchange.mechanism, "connections.max.reauth.ms") or 0
+    lifetime = session_lifetime_ms(max_reauth, exchange.credential_expiry_ms, int(time.time() * 1000))
+    session.authenticated, session.principal, session.mechanism = True, exchange.principal, exchange.mechanism
+    session.reauthenticating_as = None
+    session.expires = None if lifetime is None else time.monotonic() + lifetime / 1000
+    return lifetime or 0
+
+
+_validators: dict[tuple[int, str], tuple[object, Callable]] = {}  # (id(config), listener) -> (config, validate)
+
+
+def token_validator(config, listener: str) -> Callable[[str], Awaitable[oauthbearer.Token]]:
+    """The OAUTHBEARER token check of a listener (one per listener, so a JWKS is fetched once and kept)."""
+    cached = _validators.get((id(config), listener))
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    handler = config.mechanism_value(listener, "OAUTHBEARER", "sasl.server.callback.handler.class")
+    if handler == OAUTHBEARER_VALIDATOR:
+        value = lambda key: config.mechanism_value(listener, "OAUTHBEARER", key)  # noqa: E731
+        keys = oauthbearer.JwksKeys(value("sasl.oauthbearer.jwks.endpoint.url"),
+                                    value("sasl.oauthbearer.jwks.endpoint.refresh.ms"))
+        checker = oauthbearer.JwksValidator(
+            keys, expected_audience=value("sasl.oauthbearer.expected.audience") or None,
+            expected_issuer=value("sasl.oauthbearer.expected.issuer"),
+            sub_claim=value("sasl.oauthbearer.sub.claim.name"), scope_claim=value("sasl.oauthbearer.scope.claim.name"),
+            clock_skew_s=value("sasl.oauthbearer.clock.skew.seconds"))
+        validate = checker.validate
+    else:
+        unsecured = oauthbearer.UnsecuredValidator(oauthbearer_options(config, listener))
+
+        async def validate(token: str) -> oauthbearer.Token:
+            return unsecured.validate(token)
+    _validators[(id(config), listener)] = (config, validate)
+    return validate
+
+
+def oauthbearer_options(config, listener: str) -> dict[str, str]:
+    """The options of the listener's OAuthBearerLoginModule (unsecured validator and login settings)."""
+    text = jaas_config(config, listener, "OAUTHBEARER")
+    for module in jaas.parse(text) if text else []:
+        if module.name == OAUTHBEARER_MODULE:
+            return dict(module.options)
+    return {}
+
+
 def _equal(a: str, b: str) -> bool:
     import hmac
     return hmac.compare_digest(a.encode(), b.encode())
@@ -106,9 +222,11 @@ class ClientExchange:
     """This broker authenticating to another: :meth:`first` is the first token, ``respond(server token)`` the
     next one, None when done. Raises scram.ScramError on a bad server answer."""
 
-    def __init__(self, mechanism: str, username: str, password: str):
+    def __init__(self, mechanism: str, username: str, password: str, first: bytes | None = None):
         self.mechanism = mechanism.upper()
-        self._plain = (b"\0" + username.encode() + b"\0" + password.encode()) if self.mechanism == "PLAIN" else None
+        if first is None and self.mechanism == "PLAIN":
+            first = b"\0" + username.encode() + b"\0" + password.encode()
+        self._plain = first  # PLAIN's or OAUTHBEARER's one token
         self._scram = None if self._plain is not None else scram.ScramClient(self.mechanism, username, password)
         self._step = 0
 
@@ -117,6 +235,8 @@ class ClientExchange:
 
     def respond(self, token: bytes) -> bytes | None:
         if self._plain is not None:
+            if token:  # OAUTHBEARER's error challenge
+                raise ConnectionError(f"{self.mechanism} token refused: {bytes(token).decode(errors='replace')}")
             return None
         self._step += 1
         if self._step == 1:
@@ -131,6 +251,9 @@ def client_exchange(config, listener: str, mechanism: str) -> ClientExchange:
         raise ConnectionError(f"no sasl.jaas.config for {mechanism} on listener {listener} "
                               f"(listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config)")
     module = jaas.parse(text)[0]
+    if mechanism.upper() == "OAUTHBEARER":  # Kafka's unsecured login: a token made from the module's options
+        token = oauthbearer.unsecured_login_token(dict(module.options))
+        return ClientExchange(mechanism, "", "", first=oauthbearer.client_first(token))
     username, password = module.options.get("username"), module.options.get("password")
     if username is None or password is None:
         raise ConnectionError(f"sasl.jaas.config of {mechanism} on listener {listener}: username and password "
