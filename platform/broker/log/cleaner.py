@@ -13,10 +13,15 @@ is older than ``max.compaction.lag.ms``: cleaned whatever its ratio) and:
 2. rewrites every cleanable segment keeping a record only if no later offset of its key is in the map, and
    dropping tombstones (null values) older than ``delete.retention.ms``; survivors keep their offsets (a batch
    keeps its base offset and last offset delta; compressed batches are rewritten uncompressed);
-3. swaps each rewritten segment in: ``<base>.log.cleaned`` (written and fsync'd off the event loop) is renamed to
-   ``.log.swap``, the old files are renamed ``.deleted`` (closed later, so in-flight sendfile calls finish), and
-   ``.swap`` becomes the segment. A crash before the rename to ``.swap`` leaves the old segment; after it, start-up
-   completes the swap (see PartitionLog._finish_interrupted_swaps): the log is always consistent;
+2b. merges small segments as it rewrites them (Kafka's ``groupSegmentsBySize``): consecutive cleanable segments
+   whose sizes add up to at most ``segment.bytes`` (and whose offsets span at most 2^31 - 1) are rewritten into
+   one segment with the first one's base offset, so a log compacted round after round does not keep a file per
+   segment it ever rolled;
+3. swaps each rewritten group in: ``<base>.log.cleaned`` (written and fsync'd off the event loop) is renamed to
+   ``.log.swap``, the old files of the group are renamed ``.deleted`` (closed later, so in-flight sendfile calls
+   finish), and ``.swap`` becomes the segment. A crash before the rename to ``.swap`` leaves the old segments;
+   after it, start-up completes the swap and deletes the group's other segments, whose offsets the swapped-in
+   file covers (see PartitionLog._finish_interrupted_swaps): the log is always consistent;
 4. moves the checkpoint (``cleaner-offset-checkpoint``, Kafka's format) to the end of the cleaned range.
 
 A disk that refuses a write (a full log dir) ends the round: every ``.cleaned`` file of it is removed (they would
@@ -48,6 +53,7 @@ from broker.protocol.record_reader import STORED_BATCH_CAP, rebuild_batch, recor
 log = logging.getLogger(__name__)
 CHECKPOINT = "cleaner-offset-checkpoint"
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
 
 
 def _digest(key: bytes) -> bytes:
@@ -97,13 +103,36 @@ def build_offset_map(paths: list[tuple[str, int]], cap: int = STORED_BATCH_CAP) 
     return latest
 
 
+def group_by_size(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+    """Consecutive segments in groups to rewrite as one (Kafka's ``groupSegmentsBySize``): a group's sizes add up
+    to at most ``max_bytes`` and its offsets span at most ``INT_MAX`` (relative offsets in an index are 32-bit); a
+    segment larger than ``max_bytes`` is a group of its own."""
+    groups: list[list[LogSegment]] = []
+    for segment in segments:
+        group = groups[-1] if groups else None
+        if (group is not None and sum(s.size for s in group) + segment.size <= max_bytes
+                and (segment.size == 0 or segment.next_offset - 1 - group[0].base_offset <= INT_MAX)):
+            group.append(segment)
+        else:
+            groups.append([segment])
+    return groups
+
+
 def clean_segment(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int,
                   cap: int = STORED_BATCH_CAP) -> tuple[int, int]:
     """Write ``path.cleaned`` with the surviving records; returns (records kept, records dropped)."""
+    return clean_segments([(path, size)], latest, drop_tombstones_before_ms, cap)
+
+
+def clean_segments(parts: list[tuple[str, int]], latest: dict[bytes, int], drop_tombstones_before_ms: int,
+                   cap: int = STORED_BATCH_CAP) -> tuple[int, int]:
+    """Write ``<first path>.cleaned`` with the surviving records of every segment of ``parts`` (path, size), in
+    order: one segment in place of a group; returns (records kept, records dropped)."""
+    target = parts[0][0] + ".cleaned"
     try:
-        return _write_cleaned(path, size, latest, drop_tombstones_before_ms, cap)
+        return _write_cleaned(parts, target, latest, drop_tombstones_before_ms, cap)
     except BaseException:
-        _discard(path + ".cleaned")
+        _discard(target)
         raise
 
 
@@ -114,11 +143,11 @@ def _discard(path: str) -> None:
         pass
 
 
-def _write_cleaned(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int,
-                   cap: int) -> tuple[int, int]:
+def _write_cleaned(parts: list[tuple[str, int]], target: str, latest: dict[bytes, int],
+                   drop_tombstones_before_ms: int, cap: int) -> tuple[int, int]:
     kept = dropped = 0
-    with open(path + ".cleaned", "wb") as out:
-        for batch in _batches(path, size):
+    with open(target, "wb") as out:
+        for path, batch in ((path, batch) for path, size in parts for batch in _batches(path, size)):
             parsed = None if _transactional(batch) else _records(path, batch, cap)
             if parsed is None:
                 out.write(batch)
@@ -228,34 +257,38 @@ class LogCleaner:
         started = time.monotonic()
         cap = max(plog.config.max_message_bytes, STORED_BATCH_CAP)
         latest = await asyncio.to_thread(build_offset_map, dirty, cap)
-        jobs = [(s, s.path, s.size) for s in segments]
+        jobs = [(group, [(s.path, s.size) for s in group])
+                for group in group_by_size(segments, plog.config.segment_bytes)]
         swapped = 0
         try:
             results = await asyncio.to_thread(
-                lambda: [clean_segment(path, size, latest, cutoff, cap) for _, path, size in jobs])
-            for segment, path, _ in jobs:
-                self._swap(plog, segment, path)
+                lambda: [clean_segments(parts, latest, cutoff, cap) for _, parts in jobs])
+            for group, parts in jobs:
+                self._swap(plog, group, parts[0][0])
                 swapped += 1
         except OSError:
-            for _, path, _ in jobs[swapped:]:
-                _discard(path + ".cleaned")
+            for _, parts in jobs[swapped:]:
+                _discard(parts[0][0] + ".cleaned")
             raise
         self.first_dirty[(plog.topic, plog.partition)] = following
         self.checkpoint()
-        log.info("cleaned %s-%d: %d segment(s), %d record(s) kept, %d dropped, %d key(s) in the map, %.2fs",
-                 plog.topic, plog.partition, len(segments), sum(k for k, _ in results),
+        log.info("cleaned %s-%d: %d segment(s) into %d, %d record(s) kept, %d dropped, %d key(s) in the map, "
+                 "%.2fs", plog.topic, plog.partition, len(segments), len(jobs), sum(k for k, _ in results),
                  sum(d for _, d in results), len(latest), time.monotonic() - started)
 
-    def _swap(self, plog: PartitionLog, old: LogSegment, path: str) -> None:
-        if old not in plog.segments:  # deleted by retention or truncation meanwhile: drop the result
+    def _swap(self, plog: PartitionLog, group: list[LogSegment], path: str) -> None:
+        """Put ``path.cleaned`` (the rewrite of ``group``, at the first segment's ``path``) in the group's place."""
+        at = plog.segments.index(group[0]) if group[0] in plog.segments else -1
+        if at < 0 or plog.segments[at:at + len(group)] != group:  # retention or truncation took some meanwhile
             os.unlink(path + ".cleaned")
             return
         os.replace(path + ".cleaned", path + ".swap")
-        plog.retire_segment(old, asyncio.get_running_loop().call_later)
+        for old in group:
+            plog.retire_segment(old, asyncio.get_running_loop().call_later)
         os.replace(path + ".swap", path)
-        fresh = LogSegment(plog.dir, old.base_offset, plog.config.index_interval_bytes)
+        fresh = LogSegment(plog.dir, group[0].base_offset, plog.config.index_interval_bytes)
         fresh.recover()
-        plog.replace_segment(old, fresh)
+        plog.replace_segments(group, fresh)
 
     def checkpoint(self) -> None:
         for log_dir in self.broker.log_dirs:

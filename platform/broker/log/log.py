@@ -57,6 +57,22 @@ class LogConfig:
     cleanup_policy: str = "delete"
 
 
+def _next_offset_of(path: str) -> int:
+    """The offset after the last whole batch of a segment file (reading only the batch headers)."""
+    end = -1
+    with open(path, "rb") as f:
+        pos = 0
+        while True:
+            f.seek(pos)
+            head = f.read(records.HEADER_SIZE)
+            if len(head) < records.HEADER_SIZE:
+                return end
+            header = records.read_header(head)
+            if header.size < records.HEADER_SIZE:
+                return end
+            end, pos = header.next_offset, pos + header.size
+
+
 class PartitionLog:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
                  recovery_point: int = 0, log_start_offset: int = 0, clean_shutdown: bool = True):
@@ -130,6 +146,13 @@ class PartitionLog:
                         pass
                 os.replace(path, os.path.join(self.dir, f"{base:020d}.log"))
                 swapped.add(base)
+                covered = _next_offset_of(os.path.join(self.dir, f"{base:020d}.log"))
+                for inside in os.listdir(self.dir):  # a merged group: its other segments are in the swapped file
+                    other = inside.split(".")[0]
+                    if other.isdigit() and base < int(other) < covered and inside.endswith(
+                            (".log", ".index", ".timeindex")):
+                        log.info("recovery: %s is inside the compacted segment %d, removed", inside, base)
+                        os.unlink(os.path.join(self.dir, inside))
         return swapped
 
     def _add(self, segment: LogSegment) -> None:
@@ -512,8 +535,14 @@ class PartitionLog:
         self._delete_later(segment, schedule_delete)
 
     def replace_segment(self, old: LogSegment, fresh: LogSegment) -> None:
-        i = self.segments.index(old)
-        self.segments[i] = fresh
+        self.replace_segments([old], fresh)
+
+    def replace_segments(self, olds: list[LogSegment], fresh: LogSegment) -> None:
+        """``fresh`` (with the first one's base offset) in place of the consecutive segments ``olds``: compaction's
+        rewrite of a group of them."""
+        i = self.segments.index(olds[0])
+        self.segments[i:i + len(olds)] = [fresh]
+        self._bases[i:i + len(olds)] = [fresh.base_offset]
 
     def _delete_later(self, segment: LogSegment, schedule_delete) -> None:
         """Rename to ``.deleted`` now; close and unlink after ``file.delete.delay.ms`` so in-flight
