@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,5 +58,39 @@ def test_add_list_remove(tmp_path):
         boot = subprocess.run([sys.executable, "-m", "logbus.cli", "acls", "--bootstrap-server", "127.0.0.1:1",
                                "--list"], capture_output=True, text=True, env=env, timeout=60)
         assert boot.returncode != 0 and len(boot.stderr.strip().splitlines()) == 1
+    finally:
+        zk_proc.stop()
+
+
+def test_old_change_notifications_are_deleted(tmp_path):
+    """Each ACL change leaves a sequential notification; those older than Kafka's 15 minutes are deleted when
+    changes are read (brokers call purge_changes after each reload), the recent ones stay."""
+    from kazoo.client import KazooClient
+    from broker.security.acl_zk_store import AclZkStore
+
+    zk_proc = ZooKeeperProcess(tmp_path / "zk").start()
+    zk = zk_proc.connect + "/logbus"
+    try:
+        for topic in ("a", "b"):
+            out = acls("--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", topic, zk=zk)
+            assert out.returncode == 0, out.stderr
+        out = acls("--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "p",
+                   "--resource-pattern-type", "prefixed", zk=zk)
+        assert out.returncode == 0, out.stderr
+        client = KazooClient(hosts=zk)
+        client.start(timeout=15)
+        try:
+            store = AclZkStore(client)
+            assert len(client.get_children("/kafka-acl-changes")) == 2
+            assert len(client.get_children("/kafka-acl-extended-changes")) == 1
+            assert store.purge_changes() == 0  # all younger than 15 minutes
+            later = int(time.time() * 1000) + 15 * 60 * 1000 + 1000  # as seen 15 minutes from now
+            assert store.purge_changes(now_ms=later) == 3
+            assert client.get_children("/kafka-acl-changes") == []
+            assert client.get_children("/kafka-acl-extended-changes") == []
+            assert len(store.load()) == 3  # the ACLs themselves stay
+        finally:
+            client.stop()
+            client.close()
     finally:
         zk_proc.stop()

@@ -75,3 +75,29 @@ def test_config_keys_kafkas_names_and_defaults():
     # an authorizer the broker does not have refuses to start (fail closed: it must not run unprotected)
     with pytest.raises((ConfigError, ValueError)):
         BrokerConfig.from_strings({"authorizer.class.name": "com.example.Nope"})
+
+
+def test_a_reload_deletes_old_change_notifications():
+    """After each reload of the ACLs the authorizer asks its store to delete old change notifications (Kafka's
+    purge of obsolete notifications); a store that fails to delete keeps the ACLs just read."""
+    import asyncio
+
+    from broker.security.acl_authorizer import AclAuthorizer
+
+    class Store:
+        def __init__(self, fail=False):
+            self.purged, self.fail = 0, fail
+
+        def load(self):
+            return {acl()}
+
+        def purge_changes(self):
+            self.purged += 1
+            if self.fail:
+                raise OSError("ZooKeeper went away")
+
+    for fail in (False, True):
+        store = Store(fail)
+        authorizer = AclAuthorizer(store, frozenset(), False)
+        asyncio.run(authorizer._reload())
+        assert store.purged == 1 and len(authorizer.acls) == 1

@@ -82,6 +82,12 @@ class AclAuthorizer:
             if acls != self.acls:
                 log.info("ACLs reloaded: %d", len(acls))
             self.acls = acls
+            purge = getattr(self.store, "purge_changes", None)
+            if purge is not None:  # old change notifications go, as Kafka's listener deletes them
+                try:
+                    await asyncio.to_thread(purge)
+                except Exception as exc:
+                    log.warning("deleting old ACL change notifications failed (the next change retries): %s", exc)
             if not self._again:
                 return
 
@@ -165,3 +171,6 @@ class _ZkStoreOnBroker:
 
     def watch(self, on_change):
         self._store().watch(on_change)
+
+    def purge_changes(self):
+        return self._store().purge_changes()
