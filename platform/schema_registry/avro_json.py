@@ -19,17 +19,27 @@ Avro's writer (``Schema.toJson``), rule by rule:
   a referenced schema is written out in full where it is first used (Confluent's ``toString(references)`` knows
   only each reference's own name).
 
+- numbers as Jackson writes them: integers as they are, other numbers as Java's ``Double.toString`` (``1.5``,
+  ``1.0E7``, ``1.0E-4``); a ``doc`` that is not a string is dropped (Avro reads it as absent).
+
 ``normalize`` (Confluent's ``AvroSchemaUtils.toNormalizedString``, as stored after Avro writes it again): the
 custom properties of every type and field sorted by name, with the ``logicalType`` of a type Avro knows first
-(a decimal's ``precision``, and its ``scale`` unless 0, right after), objects inside property values and inside defaults key-sorted at every level, aliases sorted, an
-int default of a float or double field (or union whose first branch is one) written as a float, and an empty
-``doc`` of a record, enum or fixed dropped. Field order, symbol order and union order never change.
+(a decimal's ``precision``, and its ``scale`` unless 0, right after), objects inside property values and inside
+defaults key-sorted at every level, aliases sorted, and an empty ``doc`` of a record, enum or fixed dropped.
+Defaults are read against their schema as Avro's ``JacksonUtils.toObject`` reads them: a union by its first
+non-null branch that reads the value, into arrays, maps and records, a number of a ``float`` schema rounded to a
+32-bit float (written with the fewest digits that read back the same, as Java's ``Float.toString``), an integer
+of a ``double`` schema written as a double, and a default Avro reads as none (a text of a number schema) left
+out. Field order, symbol order and union order never change.
 """
 
 from __future__ import annotations
 
 import json
+import struct
+from decimal import Decimal
 
+MISSING = object()  # a default Avro reads as none
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 # Avro's Schema.Type names: a named type called one of these is always written with its namespace (Avro's
 # Name.shouldWriteFull), or it would read back as that type
@@ -54,7 +64,52 @@ def write(schema, referenced=(), normalize: bool = False) -> str:
         top = _top_name(ref)
         if top:  # Confluent's toString(referenced): only each reference's own name is known; a type nested in
             writer.known.add(top)  # one is written out where it is first used, as Avro writes a new type
-    return json.dumps(writer.schema(schema, None), separators=(",", ":"), ensure_ascii=False)
+    _collect_definitions(schema, None, writer.own)
+    return dump(writer.schema(schema, None))
+
+
+def dump(value) -> str:
+    """Compact JSON as Jackson writes it: non-ASCII as it is, floating-point numbers as Java's Double.toString."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{dump(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(dump(v) for v in value) + "]"
+    if isinstance(value, float):
+        return java_double(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def java_double(x: float) -> str:
+    """Java's ``Double.toString``: the shortest digits that read back as ``x``, in plain notation with at least
+    one digit after the point for 10^-3 <= |x| < 10^7, else as ``d.dddE<exponent>``."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return json.dumps(x)  # not JSON; left as Python writes it (no schema text holds one)
+    if x == 0:
+        return "-0.0" if str(x).startswith("-") else "0.0"
+    sign, digits, exponent = Decimal(repr(x)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    point = exponent + len(digits) - 1  # the decimal exponent of the first digit
+    if 1e-3 <= abs(x) < 1e7:
+        if point >= 0:
+            whole, frac = text[:point + 1].ljust(point + 1, "0"), text[point + 1:]
+        else:
+            whole, frac = "0", "0" * (-point - 1) + text
+        body = f"{whole}.{frac or '0'}"
+    else:
+        body = f"{text[0]}.{text[1:] or '0'}E{point}"
+    return ("-" if sign else "") + body
+
+
+def _float32(x: float) -> float:
+    """``x`` as a 32-bit float, with the fewest decimal digits that read back as the same float (what Java's
+    ``Float.toString`` writes, and a double read from that text is)."""
+    target = struct.pack(">f", x)
+    single = struct.unpack(">f", target)[0]
+    for precision in range(1, 10):
+        shortest = float(f"{single:.{precision}g}")
+        if struct.pack(">f", shortest) == target:
+            return shortest
+    return single
 
 
 def _full(node: dict, space: str | None) -> tuple[str | None, str]:
@@ -112,6 +167,7 @@ class _Writer:
         self.normalize = normalize
         self.known: set[str] = set()
         self.definitions: dict[str, tuple[dict, str | None]] = {}  # of the referenced schemas' named types
+        self.own: dict[str, tuple[dict, str | None]] = {}  # of the schema's own named types (defaults' schemas)
 
     # ---- schemas ------------------------------------------------------------------------------------------------
     def schema(self, node, space: str | None):
@@ -147,7 +203,7 @@ class _Writer:
         elif own is None and space is not None:
             out["namespace"] = ""
         doc = node.get("doc")
-        if doc is not None and not (self.normalize and doc == ""):
+        if isinstance(doc, str) and not (self.normalize and doc == ""):
             out["doc"] = doc
         if kind in ("record", "error"):
             out["fields"] = [self._field(field, own) for field in node.get("fields", [])]
@@ -167,10 +223,10 @@ class _Writer:
 
     def _field(self, field: dict, space: str | None) -> dict:
         out = {"name": field["name"], "type": self.schema(field["type"], space)}
-        if field.get("doc") is not None:
+        if isinstance(field.get("doc"), str):
             out["doc"] = field["doc"]
-        if "default" in field:
-            out["default"] = self._default(field["default"], field["type"])
+        if "default" in field and (default := self._default(field["default"], field["type"], space)) is not MISSING:
+            out["default"] = default
         order = str(field.get("order", "ascending")).lower()
         if order != "ascending":
             out["order"] = order
@@ -217,11 +273,68 @@ class _Writer:
         rest = sorted(k for k in props if k not in first)
         return {k: _sorted_deep(props[k]) for k in first + rest}
 
-    def _default(self, value, schema):
+    def _default(self, value, schema, space: str | None):
+        """A field's default as written; ``MISSING`` when Avro reads it as none (normalize only)."""
         if not self.normalize:
             return value
-        first = schema[0] if isinstance(schema, list) and schema else schema
-        kind = first.get("type") if isinstance(first, dict) else first
-        if kind in ("float", "double") and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return _sorted_deep(value)
+        read = self._as_avro_reads(value, schema, space)
+        return read if read is MISSING else _sorted_deep(read)
+
+    def _as_avro_reads(self, value, schema, space: str | None):
+        """A default as Avro's ``JacksonUtils.toObject(value, schema)`` reads it: numbers by their schema, a
+        union by its first non-null branch that reads it; ``MISSING`` where Avro reads nothing (a text for a
+        number, a number for a string), as Confluent then writes no default."""
+        if value is None:
+            return None
+        schema, space = self._definition(schema, space)
+        if isinstance(schema, list):
+            for branch in schema:
+                if self._definition(branch, space)[0] == "null":
+                    continue
+                read = self._as_avro_reads(value, branch, space)
+                if read is not MISSING:
+                    return read
+            return MISSING
+        kind = schema.get("type") if isinstance(schema, dict) else schema
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            if kind == "float":
+                return _float32(float(value))
+            if kind == "double" or (isinstance(value, float) and kind is None):
+                return float(value)
+            return value if isinstance(value, int) and kind in (None, "int", "long") else MISSING
+        if isinstance(value, str):
+            return value if kind in (None, "string", "enum", "bytes", "fixed") else MISSING
+        if isinstance(value, list):
+            items = schema.get("items") if kind == "array" else None
+            return [None if (v := self._as_avro_reads(x, items, space)) is MISSING else v for x in value]
+        if isinstance(value, dict):
+            if kind == "map":
+                inner = {k: (schema.get("values"), space) for k in value}
+            elif kind in ("record", "error"):
+                own = _full(schema, space)[0]
+                types = {f.get("name"): f.get("type") for f in schema.get("fields") or () if isinstance(f, dict)}
+                inner = {k: (types.get(k), own) for k in value}
+            else:
+                inner = {k: (None, space) for k in value}
+            out = {k: self._as_avro_reads(v, *inner[k]) for k, v in value.items()}
+            return {k: None if v is MISSING else v for k, v in out.items()}
+        return value
+
+    def _definition(self, schema, space: str | None):
+        """(``schema`` with a named type's name or a ``{"type": ...}`` wrapper replaced by its definition, the
+        namespace names inside it resolve in)."""
+        while True:
+            if isinstance(schema, dict) and isinstance(schema.get("type"), (dict, list)):
+                schema = schema["type"]
+                continue
+            name = schema.get("type") if isinstance(schema, dict) and len(schema) == 1 else schema
+            if not isinstance(name, str) or name in PRIMITIVES or name in TYPE_NAMES or name == "error":
+                return schema, space
+            for full in ((f"{space}.{name}", name) if space and "." not in name else (name,)):
+                found = self.own.get(full) or self.definitions.get(full)
+                if found is not None:
+                    node, defined_in = found
+                    return node, _full(node, defined_in)[0]
+            return None, space

@@ -25,17 +25,31 @@ def canonical(text: str) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def _as_java_reads(node):
+    """What Apache Avro's Java parser reads the same way as the Python libraries' spelling: a field's ``order`` in
+    any case (``Field.Order.valueOf(order.toUpperCase())``), so ``"DESCENDING"`` is ``"descending"``."""
+    if isinstance(node, list):
+        return [_as_java_reads(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _as_java_reads(v) for k, v in node.items()}
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [dict(f, order=f["order"].lower()) if isinstance(f, dict) and isinstance(f.get("order"), str)
+                         else f for f in out["fields"]]
+    return out
+
+
 def parse(text: str, references: list[str] = ()):
     """An avro.schema.Schema; referenced schemas (their texts, dependencies first) provide named types."""
     names = Names()
     try:
         for ref in references:
-            avro.schema.make_avsc_object(json.loads(ref), names)
+            avro.schema.make_avsc_object(_as_java_reads(json.loads(ref)), names)
         named: dict = {}
         for ref in references:
-            fastavro.parse_schema(json.loads(ref), named_schemas=named)
-        fastavro.parse_schema(json.loads(text), named_schemas=named)
-        return avro.schema.make_avsc_object(json.loads(text), names)
+            fastavro.parse_schema(_as_java_reads(json.loads(ref)), named_schemas=named)
+        fastavro.parse_schema(_as_java_reads(json.loads(text)), named_schemas=named)
+        return avro.schema.make_avsc_object(_as_java_reads(json.loads(text)), names)
     except Exception as exc:  # both libraries raise many kinds of errors on bad schemas
         raise InvalidSchema(f"Invalid schema: {exc}") from None
 

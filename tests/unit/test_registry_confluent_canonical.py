@@ -7,6 +7,7 @@ import json
 import pytest
 from schema_registry.avro_json import write
 from schema_registry.canonical import identity
+from schema_registry.compatibility import InvalidSchema, parse
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -108,3 +109,56 @@ def test_named_types_of_referenced_schemas_are_written_by_name():
             "fields": [{"name": "home", "type": "geo.Address"}, {"name": "work", "type": ["null", "Address"]}]}
     assert write(user, [ref]) == ('{"type":"record","name":"User","namespace":"geo","fields":[{"name":"home",'
                                   '"type":"Address"},{"name":"work","type":["null","Address"]}]}')
+
+
+def test_numbers_are_written_as_jackson_writes_them():
+    """Floating-point numbers as Java's Double.toString (Avro's writer goes through Jackson), integers as they
+    are, in defaults and in properties alike."""
+    given = ('{"type":"record","name":"R","big":1e7,"small":0.0001,"mid":2.50,"n":10000000,"fields":['
+             '{"name":"a","type":"double","default":10000000.0},{"name":"b","type":"double","default":-1.5E-7},'
+             '{"name":"c","type":"long","default":12345678901}]}')
+    assert write(json.loads(given)) == (
+        '{"type":"record","name":"R","fields":[{"name":"a","type":"double","default":1.0E7},'
+        '{"name":"b","type":"double","default":-1.5E-7},{"name":"c","type":"long","default":12345678901}],'
+        '"big":1.0E7,"small":1.0E-4,"mid":2.5,"n":10000000}')
+
+
+def test_a_doc_that_is_not_a_string_is_dropped():
+    given = '{"type":"record","name":"R","doc":5,"fields":[{"name":"a","type":"int","doc":{"x":1}}]}'
+    assert write(json.loads(given)) == '{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}'
+
+
+def test_a_field_order_in_upper_case_is_read_as_avros_java_parser_reads_it():
+    given = '{"type":"record","name":"R","fields":[{"name":"a","type":"int","order":"DESCENDING"}]}'
+    parse(given)  # Avro's Java parser: Field.Order.valueOf(order.toUpperCase())
+    assert write(json.loads(given)) == ('{"type":"record","name":"R","fields":[{"name":"a","type":"int",'
+                                        '"order":"descending"}]}')
+    with pytest.raises(InvalidSchema):
+        parse(given.replace("DESCENDING", "sideways"))
+
+
+def test_normalize_reads_defaults_against_their_schema_at_every_level():
+    """Avro's JacksonUtils.toObject: into arrays, maps, records (named types too) and the first union branch that
+    reads the value; a float schema's number becomes a 32-bit float, a double schema's integer a double."""
+    given = ('{"type":"record","name":"R","namespace":"n","fields":['
+             '{"name":"inner","type":{"type":"record","name":"In","fields":[{"name":"f","type":"float"},'
+             '{"name":"i","type":"int"}]},"default":{"i":1,"f":2}},'
+             '{"name":"again","type":"In","default":{"f":16777217,"i":3}},'
+             '{"name":"fs","type":{"type":"array","items":"float"},"default":[1,0.30000001192092896]},'
+             '{"name":"ds","type":{"type":"map","values":"double"},"default":{"b":1,"a":10000000}},'
+             '{"name":"u","type":["double","null"],"default":7},'
+             '{"name":"nu","type":["null","double"],"default":null},'
+             '{"name":"branch","type":["null","string","float"],"default":2},'
+             '{"name":"text","type":"float","default":"1.5"}]}')
+    assert write(json.loads(given), normalize=True) == (
+        '{"type":"record","name":"R","namespace":"n","fields":['
+        '{"name":"inner","type":{"type":"record","name":"In","fields":[{"name":"f","type":"float"},'
+        '{"name":"i","type":"int"}]},"default":{"f":2.0,"i":1}},'
+        '{"name":"again","type":"In","default":{"f":1.6777216E7,"i":3}},'
+        '{"name":"fs","type":{"type":"array","items":"float"},"default":[1.0,0.3]},'
+        '{"name":"ds","type":{"type":"map","values":"double"},"default":{"a":1.0E7,"b":1.0}},'
+        '{"name":"u","type":["double","null"],"default":7.0},'
+        '{"name":"nu","type":["null","double"],"default":null},'
+        '{"name":"branch","type":["null","string","float"],"default":2.0},'  # the first branch that reads 2
+        '{"name":"text","type":"float"}]}')  # a text Avro does not read as a float: no default
+    assert identity(given) != identity(write(json.loads(given), normalize=True))  # normalize makes another text
