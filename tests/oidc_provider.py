@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,9 +94,10 @@ class OidcProvider:
         return f"{self.issuer}/jwks"
 
     def token(self, subject: str, key: SigningKey | None = None, lifetime_s: int | None = None, **claims) -> str:
-        now = int(time.time())
-        body = {"sub": subject, "iss": self.issuer, "aud": self.audience, "iat": now,
-                "exp": now + (lifetime_s or self.lifetime_s), "scope": self.scope, **claims}
+        now = time.time()  # whole seconds in the token (jose4j's NumericDate): iat down, exp up, so a token lives
+        # at least its lifetime from now
+        body = {"sub": subject, "iss": self.issuer, "aud": self.audience, "iat": int(now),
+                "exp": math.ceil(now) + (lifetime_s or self.lifetime_s), "scope": self.scope, **claims}
         return (key or self.key).sign(body)
 
     def stop(self) -> None:

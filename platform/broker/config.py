@@ -120,19 +120,23 @@ OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBeare
 
 # Kafka's SSL and SASL keys; each may also be set for one listener as listener.name.<listener>.<key>.
 SECURITY_KEYS = [
-    Key("ssl.keystore.type", _choice("JKS", "PKCS12", "PEM"), "JKS", "Format of the key store: PEM or "
-        "PKCS12 (JKS, Kafka's default, cannot be read by logbus: set PEM or PKCS12)."),
-    Key("ssl.keystore.location", _str, None, "The key store file: for PEM one file with the private key and "
-        "the certificate chain; for PKCS12 a .p12 file."),
-    Key("ssl.keystore.password", _str, None, "Password of a PKCS12 key store."),
-    Key("ssl.key.password", _str, None, "Password of the private key (PEM key store)."),
+    Key("ssl.keystore.type", _choice("JKS", "PKCS12", "PEM"), "JKS", "Format of the key store: JKS (Kafka's "
+        "default), PKCS12 or PEM. With JKS or PKCS12 the file is read by its content (JKS, PKCS12, or PEM text); "
+        "PEM is read as PEM only. JCEKS is refused."),
+    Key("ssl.keystore.location", _str, None, "The key store file: a JKS (keytool's) or PKCS12 file, or for PEM "
+        "one file with the private key and the certificate chain."),
+    Key("ssl.keystore.password", _str, None, "Password of a JKS (needed) or PKCS12 key store."),
+    Key("ssl.key.password", _str, None, "Password of the private key (PEM key store; JKS: defaults to "
+        "ssl.keystore.password)."),
     Key("ssl.keystore.certificate.chain", _str, None, "The certificate chain in PEM, inline (with "
         "ssl.keystore.key, instead of ssl.keystore.location)."),
     Key("ssl.keystore.key", _str, None, "The private key in PEM, inline."),
-    Key("ssl.truststore.type", _choice("JKS", "PKCS12", "PEM"), "JKS", "Format of the trust store (PEM read; "
-        "a file given with another type is read as PEM)."),
-    Key("ssl.truststore.location", _str, None, "CA certificates (PEM) trusted for peers' certificates."),
-    Key("ssl.truststore.password", _str, None, "Accepted for Kafka compatibility (PEM needs none)."),
+    Key("ssl.truststore.type", _choice("JKS", "PKCS12", "PEM"), "JKS", "Format of the trust store: JKS (Kafka's "
+        "default), PKCS12 or PEM, read as ssl.keystore.type (a PEM file given as JKS is read as PEM)."),
+    Key("ssl.truststore.location", _str, None, "CA certificates trusted for peers' certificates: a JKS or PKCS12 "
+        "trust store, or PEM."),
+    Key("ssl.truststore.password", _str, None, "Password of a JKS or PKCS12 trust store (JKS: optional, its "
+        "integrity is checked when set; PEM needs none)."),
     Key("ssl.truststore.certificates", _str, None, "CA certificates in PEM, inline."),
     Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether SSL listeners ask "
         "clients for a certificate (required: the certificate's DN becomes the principal)."),
@@ -188,8 +192,9 @@ def listener_scoped_key(name: str) -> Key | None:
     mechanism, sep, tail = rest.partition(".")
     if sep and tail == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
         return _JAAS_KEY
-    for key in MECHANISM_KEYS:
-        if key.name == rest or (sep and key.name == tail and mechanism.upper() in SASL_MECHANISMS):
+    for key in MECHANISM_KEYS:  # the mechanism in lower case, as Kafka's saslMechanismConfigPrefix
+        if key.name == rest or (sep and key.name == tail and mechanism.upper() in SASL_MECHANISMS
+                                and mechanism == mechanism.lower()):
             return key
     return None
 
@@ -482,7 +487,11 @@ class BrokerConfig:
                                   f"{', '.join(SASL_MECHANISMS)}")
 
     def _check_oauthbearer(self, listener: str) -> None:
-        handler = self.mechanism_value(listener, "OAUTHBEARER", "sasl.server.callback.handler.class")
+        """What Kafka checks when it builds a listener's OAUTHBEARER handlers at start-up."""
+        from broker.security import sasl
+        from settings import jaas
+
+        handler = sasl.callback_handler(self, listener)
         if handler not in (None, OAUTHBEARER_VALIDATOR):
             raise ConfigError(f"listener {listener}: sasl.server.callback.handler.class={handler}: logbus "
                               f"implements Kafka's unsecured validator (unset) and {OAUTHBEARER_VALIDATOR}")
@@ -492,6 +501,30 @@ class BrokerConfig:
                               "sasl.oauthbearer.jwks.endpoint.url")
         if url and not url.startswith(("http://", "https://", "file:")):
             raise ConfigError(f"sasl.oauthbearer.jwks.endpoint.url={url}: expected an http(s):// or file: URL")
+        try:
+            text = sasl.jaas_config(self, listener, "OAUTHBEARER")
+            modules = jaas.parse(text) if text else []
+        except jaas.JaasError as exc:
+            raise ConfigError(f"listener {listener}: oauthbearer.sasl.jaas.config: {exc}") from None
+        if handler is None and not any(m.name == sasl.OAUTHBEARER_MODULE for m in modules):
+            raise ConfigError(f"listener {listener}: OAUTHBEARER needs listener.name.{listener.lower()}.oauthbearer."
+                              f"sasl.jaas.config with {sasl.OAUTHBEARER_MODULE} (Kafka's unsecured validator reads its "
+                              f"options; for signed tokens set listener.name.{listener.lower()}.oauthbearer."
+                              f"sasl.server.callback.handler.class={OAUTHBEARER_VALIDATOR})")
+        try:
+            sasl.token_validator(self, listener)
+        except ValueError as exc:
+            raise ConfigError(f"listener {listener}: OAUTHBEARER: {exc}") from None
+        if listener == self.inter_broker_listener and \
+                self["sasl.mechanism.inter.broker.protocol"].upper() == "OAUTHBEARER":
+            if handler is not None:
+                raise ConfigError(f"listener {listener}: brokers authenticate to each other with Kafka's unsecured "
+                                  "OAUTHBEARER login, which a JWKS-validated listener refuses (an OIDC login between "
+                                  "brokers is not implemented)")
+            try:
+                sasl.client_exchange(self, listener, "OAUTHBEARER")
+            except ConnectionError as exc:
+                raise ConfigError(str(exc)) from None
 
     def listener_protocol(self, name: str) -> str:
         """The security protocol of listener ``name`` (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""

@@ -427,3 +427,50 @@ def test_describe_configs_hides_passwords(sasl_broker):
     assert entries["ssl.key.password"].is_sensitive and entries["ssl.key.password"].value is None
     assert entries["ssl.keystore.location"].value is not None and not entries["ssl.keystore.location"].is_sensitive
     assert "keypass" not in repr({k: e.value for k, e in entries.items()})
+
+
+@pytest.fixture(scope="module")
+def jks_broker(tmp_path_factory, pki):
+    """An SSL listener with Kafka's default store type (JKS, left unset): a JKS key store made by keytool from
+    broker0's PEM (through PKCS12) and a JKS trust store holding the test CA; client certificates required."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key, pkcs12
+
+    d = tmp_path_factory.mktemp("jks")
+    key = load_pem_private_key(pki["broker0-key"].read_bytes(), None)
+    chain = [x509.load_pem_x509_certificate(pki[n].read_bytes()) for n in ("broker0-cert", "ca")]
+    (d / "broker.p12").write_bytes(pkcs12.serialize_key_and_certificates(
+        b"broker", key, chain[0], chain[1:], serialization.BestAvailableEncryption(b"p12-pw")))
+    for args in (["-importkeystore", "-srckeystore", "broker.p12", "-srcstoretype", "PKCS12", "-srcstorepass",
+                  "p12-pw", "-srcalias", "broker", "-destkeystore", "broker.jks", "-deststoretype", "JKS",
+                  "-deststorepass", "store-pw", "-destkeypass", "key-pw", "-destalias", "broker"],
+                 ["-importcert", "-noprompt", "-storetype", "JKS", "-alias", "ca", "-file", str(pki["ca"]),
+                  "-keystore", "trust.jks", "-storepass", "trust-pw"]):
+        subprocess.run(["keytool", *args], cwd=d, check=True, capture_output=True, timeout=60)
+    b = BrokerProcess(tmp_path_factory.mktemp("jks-broker"), num_partitions=1)
+    b.ssl_port = free_port()
+    b.settings.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{b.ssl_port}",
+        "ssl.keystore.location": str(d / "broker.jks"), "ssl.keystore.password": "store-pw",
+        "ssl.key.password": "key-pw",
+        "ssl.truststore.location": str(d / "trust.jks"), "ssl.truststore.password": "trust-pw",
+        "ssl.client.auth": "required",
+        "group.initial.rebalance.delay.ms": 0,
+    })
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_confluent_kafka_over_ssl_with_jks_stores(jks_broker, pki):
+    base = {"bootstrap.servers": f"127.0.0.1:{jks_broker.ssl_port}", "security.protocol": "SSL",
+            "ssl.ca.location": str(pki["ca"])}
+    with pytest.raises(KafkaException):  # no client certificate: refused by the required client auth
+        AdminClient(base).list_topics(timeout=4)
+    conf = {**base, "ssl.certificate.location": str(pki["client-cert"]), "ssl.key.location": str(pki["client-key"])}
+    topic = f"jks-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    assert {b.port for b in admin.list_topics(timeout=10).brokers.values()} == {jks_broker.ssl_port}
+    assert _roundtrip(conf, topic) == [f"m{i}".encode() for i in range(20)]

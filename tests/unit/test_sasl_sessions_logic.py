@@ -24,10 +24,14 @@ def test_session_lifetime_is_kafkas(max_reauth, expiry, expected):
     assert sasl.session_lifetime_ms(max_reauth, expiry, 10_000) == expected
 
 
+UNSECURED_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+
+
 def _config(**extra) -> BrokerConfig:
     return BrokerConfig.from_strings({
         "listeners": "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093",
-        "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER", **extra})
+        "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": UNSECURED_JAAS, **extra})
 
 
 class _Done:
@@ -103,3 +107,34 @@ def test_oauthbearer_authorization_id_must_be_the_tokens_principal():
 def test_oauthbearer_configuration_errors(extra, message):
     with pytest.raises(ConfigError, match=message):
         _config(**extra).check_security()
+
+
+def test_who_may_reauthenticate():
+    session = Session("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+    assert not session.may_reauthenticate(100.0)  # not authenticated
+    session.authenticated = True
+    assert not session.may_reauthenticate(100.0)  # a session that never ends
+    session.expires = 200.0
+    assert session.may_reauthenticate(100.0)
+    session.reauth_started = 99.5
+    assert not session.may_reauthenticate(100.0)  # less than a second after the last one began
+    assert session.may_reauthenticate(100.5)
+
+
+def test_inter_broker_oauthbearer_needs_the_unsecured_validator_and_a_login():
+    base = {"inter.broker.listener.name": "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"}
+    with pytest.raises(ConfigError, match="cannot make a token"):  # the broker's login has nothing to claim
+        _config(**base).check_security()
+    with pytest.raises(ConfigError, match="JWKS-validated listener refuses"):
+        _config(**base, **{
+            "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": sasl.OAUTHBEARER_VALIDATOR,
+            "listener.name.sasl_plaintext.oauthbearer.sasl.oauthbearer.jwks.endpoint.url": "file:///jwks.json",
+        }).check_security()
+
+
+def test_oauthbearer_without_a_login_module_is_refused_and_mechanism_keys_are_lower_case():
+    with pytest.raises(ConfigError, match="needs listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"):
+        BrokerConfig.from_strings({"listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
+                                   "sasl.enabled.mechanisms": "OAUTHBEARER"}).check_security()
+    with pytest.raises(ConfigError):
+        _config(**{"listener.name.sasl_plaintext.PLAIN.connections.max.reauth.ms": "1000"})

@@ -43,10 +43,15 @@ def test_security_inter_broker_protocol_picks_the_listener():
     assert BrokerConfig.from_strings({"listeners": "PLAINTEXT://h:1"}).inter_broker_listener == "PLAINTEXT"
 
 
-def test_jks_is_refused_with_a_clear_message():
-    values = {"ssl.keystore.type": "JKS", "ssl.keystore.location": "/x.jks"}
-    with pytest.raises(tls.TlsConfigError, match="use PEM or PKCS12"):
+def test_a_missing_jks_key_store_is_a_clear_error(tmp_path):
+    """JKS is read (tests/unit/test_jks.py); a store that is not there, or not a key store, is named in the error."""
+    values = {"ssl.keystore.type": "JKS", "ssl.keystore.location": "/x.jks", "ssl.keystore.password": "pw"}
+    with pytest.raises(tls.TlsConfigError, match="ssl.keystore.location /x.jks"):
         tls.server_context(values.get)
+    garbage = tmp_path / "garbage.jks"
+    garbage.write_bytes(b"\x00\x01 not a key store")
+    with pytest.raises(tls.TlsConfigError, match="neither a JKS, a PKCS12 nor a PEM file"):
+        tls.server_context({**values, "ssl.keystore.location": str(garbage)}.get)
 
 
 def test_pem_contexts(tmp_path):

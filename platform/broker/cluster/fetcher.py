@@ -100,8 +100,9 @@ class LeaderFetcher:
         return bool(done)
 
     # ---- connection -------------------------------------------------------------------------------------------
-    def _close(self, abort: bool = False) -> None:
-        self._session_epoch = 0  # an answer may have been lost with the connection: start over with a full fetch
+    def _close(self, abort: bool = False, renewing: bool = False) -> None:
+        if not renewing:  # an answer may have been lost with the connection: start over with a full fetch
+            self._session_epoch = 0
         if self._writer is not None:
             if abort:
                 self._writer.transport.abort()
@@ -168,9 +169,14 @@ class LeaderFetcher:
                 except asyncio.TimeoutError:
                     pass
                 continue
-            if self._writer is not None and renewal_due(self._writer):  # KIP-368: a new session
-                self._close()
-            if self._writer is None and not await self._connect():
+            if self._writer is not None and renewal_due(self._writer):  # KIP-368: a new session, between
+                self._close(renewing=True)  # requests, so no answer is lost: the fetch session goes on
+            try:
+                connected = self._writer is not None or await self._connect()
+            except Exception:  # never let the fetcher die on a connection attempt: log, back off, retry
+                log.exception("replica fetcher: connecting to broker %d", self.leader_id)
+                connected = False
+            if not connected:
                 await asyncio.sleep(backoff)
                 continue
             try:

@@ -3,7 +3,7 @@ SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection is closed (
 carries the session's lifetime (v1+, KIP-368): ``connections.max.reauth.ms`` or an OAUTHBEARER token's expiry,
 0 when the session does not expire."""
 
-from broker.handlers.registry import handles
+from broker.handlers.registry import NO_RESPONSE, handles
 from broker.protocol.messages import ErrorCode, build, response_class
 from broker.security import sasl
 from broker.security.sasl import SaslFailure
@@ -22,8 +22,11 @@ async def handle(broker, header, request):
             session.close_after_response = not session.authenticated
         return build(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SaslAuthenticate out of order: "
                      "SaslHandshake first, once per connection", auth_bytes=b"", session_lifetime=0)
-    session.reauth_supported = session.reauth_supported or header.api_version > 0
     reauthentication = session.reauthenticating_as is not None
+    if session.sasl.refused is not None:  # a re-authentication with another mechanism: Kafka closes, unanswered
+        session.close_after_response = True
+        broker.metrics.failed_reauthentications[session.listener] += 1
+        return NO_RESPONSE
     lifetime = 0
     try:
         reply = await session.sasl.respond(request.auth_bytes)
@@ -31,9 +34,8 @@ async def handle(broker, header, request):
             lifetime = sasl.finish(session, broker.config, session.sasl)
     except SaslFailure as exc:
         session.close_after_response = True
-        broker.metrics.failed_authentications[session.listener] += 1
-        if reauthentication:
-            broker.metrics.failed_reauthentications[session.listener] += 1
+        failed = broker.metrics.failed_reauthentications if reauthentication else broker.metrics.failed_authentications
+        failed[session.listener] += 1
         return build(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"",
                      session_lifetime=0)
     if reauthentication and session.authenticated:

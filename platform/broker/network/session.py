@@ -18,15 +18,20 @@ class Session:
         self.raw_tokens = False  # after SaslHandshake v0: the next frames are bare SASL tokens
         self.close_after_response = False  # a failed SASL step: answer, then close (as Kafka)
         # KIP-368: the mechanism authenticated with, when the session ends (time.monotonic(); None: never),
-        # whether the client can re-authenticate (it sent SaslAuthenticate v1+), and during a re-authentication
-        # the principal it must keep
+        # when the last re-authentication began, and during one the principal it must keep
         self.mechanism: str | None = None
         self.expires: float | None = None
-        self.reauth_supported = False
+        self.reauth_started: float | None = None
         self.reauthenticating_as: str | None = None
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
+
+    def may_reauthenticate(self, now: float) -> bool:
+        """Kafka's ``KafkaChannel.maybeBeginServerReauthentication``: an authenticated session that ends, at
+        least one second after the last re-authentication began."""
+        return (self.authenticated and self.expires is not None
+                and (self.reauth_started is None or now - self.reauth_started >= 1.0))
 
 
 current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("logbus_session", default=None)

@@ -47,12 +47,13 @@ class ServerExchange:
     def __init__(self, mechanism: str, plain_users: Callable[[], dict[str, str]],
                  scram_lookup: Callable[[str, str], Awaitable[scram.ScramCredential | None]],
                  validate_token: Callable[[str], Awaitable[oauthbearer.Token]] | None = None,
-                 refused: str | None = None):
+                 refused: str | None = None, reauthenticating: bool = False):
         self.mechanism = mechanism.upper()
         self._plain_users = plain_users
         self._lookup = scram_lookup
         self._validate_token = validate_token
-        self._refused = refused  # a re-authentication with another mechanism: this message, at the first token
+        self.refused = refused  # a re-authentication with another mechanism: why it fails at the first token
+        self._during = "re-authentication" if reauthenticating else "authentication"  # in Kafka's messages
         self._scram = scram.ScramServer(self.mechanism) if self.mechanism.startswith("SCRAM-") else None
         self._step = 0
         self._oauth_error: bytes | None = None  # the error challenge sent; the client acknowledges it with 0x01
@@ -61,8 +62,8 @@ class ServerExchange:
         self.credential_expiry_ms: int | None = None  # an OAUTHBEARER token's exp (ms since the epoch)
 
     async def respond(self, token: bytes) -> bytes:
-        if self._refused is not None:
-            raise SaslFailure(self._refused)
+        if self.refused is not None:
+            raise SaslFailure(self.refused)
         if self.complete:
             raise SaslFailure("authentication already complete")
         if self.mechanism == "PLAIN":
@@ -77,7 +78,7 @@ class ServerExchange:
         if token == b"\x01" and self._oauth_error is not None:
             raise SaslFailure(self._oauth_error.decode())
         self._oauth_error = None
-        invalid = ("Authentication failed during authentication due to invalid credentials with SASL mechanism "
+        invalid = (f"Authentication failed during {self._during} due to invalid credentials with SASL mechanism "
                    "OAUTHBEARER")
         try:
             first = oauthbearer.parse_client_first(token)
@@ -85,14 +86,15 @@ class ServerExchange:
             raise SaslFailure(invalid) from None
         try:
             checked = await self._validate_token(first.token)
-        except oauthbearer.TokenInvalid as exc:
-            log.info("OAUTHBEARER token refused: %s", exc.reason)
-            self._oauth_error = oauthbearer.error_challenge(exc.status, exc.scope)
+        except (oauthbearer.TokenInvalid, oauthbearer.JwksError) as exc:  # no key to check it with: invalid too,
+            reason = getattr(exc, "reason", None) or str(exc)  # as Kafka's validator reports an unresolvable key
+            log.info("OAUTHBEARER token refused: %s", reason)
+            status, scope = getattr(exc, "status", "invalid_token"), getattr(exc, "scope", None)
+            self._oauth_error = oauthbearer.error_challenge(status, scope)
             return self._oauth_error
-        except Exception as exc:  # the JWKS could not be read, ...: Kafka's internal-error answer
+        except Exception as exc:  # Kafka wraps its validator's other errors as invalid credentials
             log.warning("OAUTHBEARER token not checked: %s", exc)
-            raise SaslFailure("Authentication could not be performed due to an internal error on the server") \
-                from None
+            raise SaslFailure(invalid) from None
         if first.authzid and first.authzid != checked.principal:
             raise SaslFailure(f"Authentication failed: Client requested an authorization id ({first.authzid}) "
                               f"that is different from the token's principal name ({checked.principal})")
@@ -117,7 +119,7 @@ class ServerExchange:
         return b""
 
     async def _scram_step(self, token: bytes) -> bytes:
-        failed = (f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+        failed = (f"Authentication failed during {self._during} due to invalid credentials with SASL mechanism "
                   f"{self.mechanism}")
         try:
             if self._step == 0:
@@ -173,8 +175,7 @@ def token_validator(config, listener: str) -> Callable[[str], Awaitable[oauthbea
     cached = _validators.get((id(config), listener))
     if cached is not None and cached[0] is config:
         return cached[1]
-    handler = config.mechanism_value(listener, "OAUTHBEARER", "sasl.server.callback.handler.class")
-    if handler == OAUTHBEARER_VALIDATOR:
+    if callback_handler(config, listener) == OAUTHBEARER_VALIDATOR:
         value = lambda key: config.mechanism_value(listener, "OAUTHBEARER", key)  # noqa: E731
         keys = oauthbearer.JwksKeys(value("sasl.oauthbearer.jwks.endpoint.url"),
                                     value("sasl.oauthbearer.jwks.endpoint.refresh.ms"))
@@ -191,6 +192,12 @@ def token_validator(config, listener: str) -> Callable[[str], Awaitable[oauthbea
             return unsecured.validate(token)
     _validators[(id(config), listener)] = (config, validate)
     return validate
+
+
+def callback_handler(config, listener: str) -> str | None:
+    """The OAUTHBEARER server callback handler class of a listener: as Kafka, only
+    ``listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class`` counts."""
+    return config.listener_value(listener, "oauthbearer.sasl.server.callback.handler.class")
 
 
 def oauthbearer_options(config, listener: str) -> dict[str, str]:
@@ -252,7 +259,10 @@ def client_exchange(config, listener: str, mechanism: str) -> ClientExchange:
                               f"(listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config)")
     module = jaas.parse(text)[0]
     if mechanism.upper() == "OAUTHBEARER":  # Kafka's unsecured login: a token made from the module's options
-        token = oauthbearer.unsecured_login_token(dict(module.options))
+        try:
+            token = oauthbearer.unsecured_login_token(dict(module.options))
+        except ValueError as exc:
+            raise ConnectionError(f"OAUTHBEARER login on listener {listener}: {exc}") from None
         return ClientExchange(mechanism, "", "", first=oauthbearer.client_first(token))
     username, password = module.options.get("username"), module.options.get("password")
     if username is None or password is None:
