@@ -3,7 +3,11 @@
 Services (mirror, audit counters and service, registry, loads, admin CLIs) take a client's properties in either
 naming: Kafka's Java client (``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``,
 ``ssl.truststore.location``, ``ssl.keystore.location``, ...) or librdkafka's (``sasl.username``,
-``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``, ...).
+``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``, ...). SASL mechanisms:
+PLAIN, SCRAM-SHA-256/512, and OAUTHBEARER with an OIDC client-credentials login (librdkafka's
+``sasl.oauthbearer.method=oidc``, ``sasl.oauthbearer.client.id``, ``sasl.oauthbearer.client.secret``,
+``sasl.oauthbearer.token.endpoint.url``, ``sasl.oauthbearer.scope``; or Kafka's ``sasl.oauthbearer.token.endpoint.url``
+with ``clientId``, ``clientSecret`` and ``scope`` in the ``OAuthBearerLoginModule`` of ``sasl.jaas.config``).
 :class:`ClientSecurity` reads them (optionally under a prefix such as ``kafkastore.``) and renders them for
 confluent-kafka (:meth:`~ClientSecurity.librdkafka`), kafka-python / aiokafka
 (:meth:`~ClientSecurity.kafka_python`) or a plain :class:`ssl.SSLContext`.
@@ -18,7 +22,7 @@ from settings import jaas
 from settings.properties import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 # Every key this module reads (without a prefix). The Java keys without a librdkafka twin are consumed here;
 # a service passing the rest of its properties to librdkafka must leave these out (see split()).
@@ -27,7 +31,18 @@ KEYS = frozenset((
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password", "ssl.truststore.certificates",
     "ssl.ca.location", "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
     "ssl.certificate.location", "ssl.key.location", "ssl.endpoint.identification.algorithm",
+    "sasl.oauthbearer.method", "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.scope", "sasl.login.callback.handler.class",
 ))
+
+
+@dataclass(frozen=True)
+class OidcLogin:
+    """An OIDC client-credentials login (OAUTHBEARER)."""
+    token_url: str
+    client_id: str
+    client_secret: str
+    scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,7 @@ class ClientSecurity:
     key_file: str | None = None
     key_password: str | None = None
     check_hostname: bool = True
+    oidc: OidcLogin | None = None
 
     @property
     def tls(self) -> bool:
@@ -62,17 +78,21 @@ class ClientSecurity:
             raise ConfigError(f"{prefix}security.protocol={protocol}: expected one of {', '.join(PROTOCOLS)}")
         mechanism = get("sasl.mechanism") or get("sasl.mechanisms")
         username, password = get("sasl.username"), get("sasl.password")
+        options: dict[str, str] = {}
         if get("sasl.jaas.config"):
             try:
                 options = jaas.parse(get("sasl.jaas.config"))[0].options
             except jaas.JaasError as exc:
                 raise ConfigError(f"{prefix}{exc}") from None
             username, password = options.get("username", username), options.get("password", password)
+        oidc = None
         if protocol.startswith("SASL_"):
             mechanism = (mechanism or "GSSAPI").upper()
             if mechanism not in MECHANISMS:
                 raise ConfigError(f"{prefix}sasl.mechanism={mechanism}: logbus clients use {', '.join(MECHANISMS)}")
-            if not username or password is None:
+            if mechanism == "OAUTHBEARER":
+                oidc = _oidc_login(get, options, prefix)
+            elif not username or password is None:
                 raise ConfigError(f"{prefix}security.protocol={protocol} needs a user: {prefix}sasl.jaas.config "
                                   f"(username=... password=...) or {prefix}sasl.username and {prefix}sasl.password")
         for key in ("ssl.truststore.type", "ssl.keystore.type"):
@@ -86,7 +106,7 @@ class ClientSecurity:
         check = algorithm is None or algorithm.strip().lower() == "https"
         return cls(protocol, mechanism if protocol.startswith("SASL_") else None, username, password,
                    get("ssl.truststore.location") or get("ssl.ca.location"), cert_file, key_file,
-                   get("ssl.key.password") or get("ssl.keystore.password"), check)
+                   get("ssl.key.password") or get("ssl.keystore.password"), check, oidc)
 
     @staticmethod
     def split(props: dict[str, str], prefix: str = "") -> tuple[dict[str, str], dict[str, str]]:
@@ -97,7 +117,13 @@ class ClientSecurity:
     def librdkafka(self) -> dict[str, str]:
         """confluent-kafka (librdkafka) settings."""
         conf = {"security.protocol": self.protocol}
-        if self.sasl:
+        if self.sasl and self.oidc is not None:
+            conf.update({"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                         "sasl.oauthbearer.client.id": self.oidc.client_id,
+                         "sasl.oauthbearer.client.secret": self.oidc.client_secret,
+                         "sasl.oauthbearer.token.endpoint.url": self.oidc.token_url,
+                         **({"sasl.oauthbearer.scope": self.oidc.scope} if self.oidc.scope else {})})
+        elif self.sasl:
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
                          "sasl.password": self.password})
         if self.tls:
@@ -114,7 +140,15 @@ class ClientSecurity:
     def kafka_python(self) -> dict[str, object]:
         """kafka-python / aiokafka keyword arguments (aiokafka takes ``ssl_context`` the same way)."""
         kwargs: dict[str, object] = {"security_protocol": self.protocol}
-        if self.sasl:
+        if self.sasl and self.oidc is not None:  # aiokafka's token provider (the registry's election)
+            from settings.oidc import OidcTokens
+
+            https = self.oidc.token_url.startswith("https:") and self.ca_file  # the brokers' CAs for the endpoint too
+            context = ssl.create_default_context(cafile=self.ca_file) if https else None
+            tokens = OidcTokens(self.oidc.token_url, self.oidc.client_id, self.oidc.client_secret, self.oidc.scope,
+                                context)
+            kwargs.update(sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=tokens.aiokafka_provider())
+        elif self.sasl:
             kwargs.update(sasl_mechanism=self.mechanism, sasl_plain_username=self.username,
                           sasl_plain_password=self.password)
         if self.tls:
@@ -130,6 +164,22 @@ class ClientSecurity:
         if self.cert_file:
             context.load_cert_chain(self.cert_file, self.key_file, self.key_password)
         return context
+
+
+def _oidc_login(get, options: dict[str, str], prefix: str) -> OidcLogin:
+    """The OIDC login of an OAUTHBEARER client, from librdkafka's keys or Kafka's (JAAS options)."""
+    method = (get("sasl.oauthbearer.method") or "oidc").lower()
+    if method != "oidc":
+        raise ConfigError(f"{prefix}sasl.oauthbearer.method={method}: logbus clients log in with oidc "
+                          "(client credentials)")
+    url = get("sasl.oauthbearer.token.endpoint.url")
+    client_id = get("sasl.oauthbearer.client.id") or options.get("clientId")
+    secret = get("sasl.oauthbearer.client.secret") or options.get("clientSecret")
+    if not (url and client_id and secret):
+        raise ConfigError(f"{prefix}sasl.mechanism=OAUTHBEARER needs {prefix}sasl.oauthbearer.token.endpoint.url, "
+                          f"{prefix}sasl.oauthbearer.client.id and {prefix}sasl.oauthbearer.client.secret (or "
+                          "clientId and clientSecret in sasl.jaas.config)")
+    return OidcLogin(url, client_id, secret, get("sasl.oauthbearer.scope") or options.get("scope"))
 
 
 def librdkafka_config(props: dict[str, str], prefix: str = "") -> dict[str, str]:

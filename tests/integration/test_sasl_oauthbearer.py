@@ -2,6 +2,7 @@
 (librdkafka's unsecured JWT and its OIDC client-credentials login) and kafka-python (a token provider): tokens
 accepted and refused with Kafka's JSON error, the token's expiry as the session's end, renewed by the client."""
 
+import json
 import time
 import uuid
 
@@ -19,7 +20,8 @@ VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCa
 
 @pytest.fixture(scope="module")
 def idp():
-    provider = OidcProvider({"ingest": "ingest-secret", "brief": "brief-secret"}, lifetimes={"brief": 10})
+    provider = OidcProvider({"ingest": "ingest-secret", "brief": "brief-secret", "registry": "registry-secret"},
+                            lifetimes={"brief": 10})
     yield provider
     provider.stop()
 
@@ -225,3 +227,29 @@ def test_kafka_python_token_provider_with_a_signed_token(broker, idp):
             break
     consumer.close()
     assert got == [f"k{i}".encode() for i in range(10)]
+
+
+def test_the_schema_registry_logs_in_with_oidc(broker, idp, tmp_path):
+    """logbus's own clients take an OIDC login (settings.security): the registry's store (confluent-kafka) and its
+    leader election (aiokafka, settings.oidc's token provider) both authenticate with tokens from the provider,
+    so a schema is registered and read back."""
+    from support import RegistryProcess
+
+    issued = idp.issued
+    registry = RegistryProcess(
+        tmp_path / "registry", f"127.0.0.1:{broker.oidc}", kafkastore_topic="_schemas_oidc",
+        kafkastore_topic_replication_factor="1", kafkastore_security_protocol="SASL_PLAINTEXT",
+        kafkastore_sasl_mechanism="OAUTHBEARER", kafkastore_sasl_oauthbearer_client_id="registry",
+        kafkastore_sasl_oauthbearer_client_secret="registry-secret", kafkastore_sasl_oauthbearer_scope="logbus",
+        kafkastore_sasl_oauthbearer_token_endpoint_url=idp.token_url)
+    registry.start()
+    try:
+        schema = '{"type":"record","name":"Page","fields":[{"name":"url","type":"string"}]}'
+        answer = requests.post(f"{registry.url}/subjects/page-value/versions", json={"schema": schema}, timeout=60)
+        # a write waits for the election's first assignment: both clients authenticated
+        assert answer.status_code == 200, (answer.text, registry.log_text()[-2000:])
+        got = requests.get(f"{registry.url}/schemas/ids/{answer.json()['id']}", timeout=10).json()
+        assert json.loads(got["schema"]) == json.loads(schema)
+        assert idp.issued > issued
+    finally:
+        registry.stop()

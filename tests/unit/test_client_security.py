@@ -95,3 +95,55 @@ def test_config_providers_keep_secrets_out_of_config_files(tmp_path, monkeypatch
         parse_properties(text.replace("secrets.properties", "missing.properties"))
     with pytest.raises(ConfigError, match="config.providers.x.class"):
         parse_properties("config.providers=x\na=b\n")
+
+
+def test_oauthbearer_oidc_login_in_either_naming():
+    """librdkafka's keys and Kafka's (token endpoint key plus the login module's clientId/clientSecret/scope)
+    give the same librdkafka settings; a login without a token endpoint or client is a one-line error."""
+    from settings.security import ClientSecurity
+    from settings.properties import ConfigError
+
+    librdkafka_names = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "mirror",
+                        "sasl.oauthbearer.client.secret": "s3", "sasl.oauthbearer.scope": "logbus",
+                        "sasl.oauthbearer.token.endpoint.url": "https://idp/token", "ssl.ca.location": "/ca.pem"}
+    java_names = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                  "sasl.oauthbearer.token.endpoint.url": "https://idp/token", "ssl.truststore.location": "/ca.pem",
+                  "sasl.login.callback.handler.class": "org.apache.kafka.common.security.oauthbearer."
+                                                       "OAuthBearerLoginCallbackHandler",
+                  "sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                                      'clientId="mirror" clientSecret="s3" scope="logbus";'}
+    expected = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.client.id": "mirror", "sasl.oauthbearer.client.secret": "s3",
+                "sasl.oauthbearer.token.endpoint.url": "https://idp/token", "sasl.oauthbearer.scope": "logbus",
+                "ssl.ca.location": "/ca.pem", "ssl.endpoint.identification.algorithm": "https"}
+    for props in (librdkafka_names, java_names):
+        assert ClientSecurity.from_properties(props).librdkafka() == expected
+    plain = {k: v for k, v in librdkafka_names.items() if not k.startswith("ssl.")}
+    kwargs = ClientSecurity.from_properties({**plain, "security.protocol": "SASL_PLAINTEXT"}).kafka_python()
+    assert kwargs["sasl_mechanism"] == "OAUTHBEARER" and callable(kwargs["sasl_oauth_token_provider"].token)
+    for props, words in (({**librdkafka_names, "sasl.oauthbearer.method": "default"}, "log in with oidc"),
+                         ({k: v for k, v in librdkafka_names.items() if "endpoint" not in k}, "needs")):
+        with pytest.raises(ConfigError, match=words):
+            ClientSecurity.from_properties(props)
+
+
+def test_oidc_tokens_are_fetched_with_client_credentials_and_reused(tmp_path):
+    import sys
+    import time as _time
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from oidc_provider import OidcProvider
+    from settings.oidc import OidcError, OidcTokens
+
+    idp = OidcProvider({"reg": "reg-secret"}, lifetimes={"reg": 2})
+    try:
+        tokens = OidcTokens(idp.token_url, "reg", "reg-secret", "logbus")
+        first = tokens.token()
+        assert tokens.token() == first and idp.issued == 1  # reused within 80% of its 2 s
+        _time.sleep(1.7)
+        assert tokens.token() != first and idp.issued == 2
+        with pytest.raises(OidcError, match="no token from"):
+            OidcTokens(idp.token_url, "reg", "wrong").token()
+    finally:
+        idp.stop()
