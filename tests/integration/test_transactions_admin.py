@@ -19,6 +19,7 @@ from support import BrokerProcess, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_NOT_FOUND = 42, 3, 105
+INVALID_TOPIC_EXCEPTION = 17
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +137,12 @@ def test_raw_requests_get_kafkas_answers_for_what_the_client_does_not_show(broke
         dp = request_module(61, 0)
         topics = client.request(61, 0, dp.DescribeProducersRequest(topics=(
             dp.TopicRequest(name=topic, partition_indexes=(0, 7)),
-            dp.TopicRequest(name="no-such-topic", partition_indexes=(0,))))).topics
+            dp.TopicRequest(name="no-such-topic", partition_indexes=(0,)),
+            dp.TopicRequest(name="bad/name", partition_indexes=(0, 1))))).topics
         assert [[(p.partition_index, p.error_code.value, p.active_producers) for p in t.partitions]
                 for t in topics] == [[(0, 0, ()), (7, UNKNOWN_TOPIC_OR_PARTITION, ())],
-                                     [(0, UNKNOWN_TOPIC_OR_PARTITION, ())]]
+                                     [(0, UNKNOWN_TOPIC_OR_PARTITION, ())],
+                                     [(0, INVALID_TOPIC_EXCEPTION, ()), (1, INVALID_TOPIC_EXCEPTION, ())]]
+        assert "bad/name" in topics[2].partitions[0].error_message  # the reason, as Kafka's ApiError carries it
     finally:
         client.close()

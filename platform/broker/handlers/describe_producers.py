@@ -3,11 +3,13 @@ last sequence, last batch's timestamp, coordinator epoch of their last marker, f
 transaction (KIP-664: how ``kafka-transactions.sh`` finds a hanging transaction; kafka-python's
 ``describe_producers``).
 
-As in Kafka: Read on the topic or TOPIC_AUTHORIZATION_FAILED; UNKNOWN_TOPIC_OR_PARTITION for a partition that does
-not exist; any replica with the partition's log answers (a follower from its own copy), others
+As in Kafka (``handleDescribeProducersRequest``): an invalid topic name is INVALID_TOPIC_EXCEPTION with the reason,
+before the ACL check; then Read on the topic or TOPIC_AUTHORIZATION_FAILED; UNKNOWN_TOPIC_OR_PARTITION for a
+partition that does not exist; any replica with the partition's log answers (a follower from its own copy), others
 NOT_LEADER_OR_FOLLOWER."""
 
 from broker.handlers.registry import handles
+from broker.metadata.topics import TopicError, validate_topic_name
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 from broker.security import access
 
@@ -37,9 +39,18 @@ async def handle(broker, header, request):
     producer_cls = nested(cls, "ProducerState")
     topics = []
     for topic in request.topics:
-        permitted = access.allowed(broker, "Read", access.TOPIC, topic.name)
+        invalid = None
+        try:
+            validate_topic_name(topic.name)
+        except TopicError as exc:
+            invalid = str(exc)
+        permitted = invalid is None and access.allowed(broker, "Read", access.TOPIC, topic.name)
         partitions = []
         for index in topic.partition_indexes:
+            if invalid is not None:
+                partitions.append(build(partition_cls, partition_index=index, active_producers=(),
+                                        error_code=ErrorCode.invalid_topic_exception, error_message=invalid))
+                continue
             error, plog = (_local_log(broker, topic.name, index) if permitted
                            else (ErrorCode.topic_authorization_failed, None))
             producers = () if plog is None else tuple(
