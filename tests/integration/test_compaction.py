@@ -111,3 +111,42 @@ def test_compaction_keeps_the_latest_value_per_key_at_its_offset(fresh_broker):
             ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)])
         admin.incremental_alter_configs([change])[change].result(10)
         assert keyless_error() == expected, policy
+
+
+def test_an_idempotent_producers_last_batch_stays_as_an_empty_batch_clients_read_past(fresh_broker):
+    """Producer A's only record is superseded by producer B's value of the same key: the cleaner keeps A's batch
+    empty (Kafka's RETAIN_EMPTY, for A's epoch and sequence), and confluent-kafka and kafka-python consumers read
+    the compacted log from offset 0 past it, seeing only live values."""
+    from kafka import KafkaConsumer
+
+    b = fresh_broker(log_cleaner_backoff_ms=300).start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("keep", 1, 1, config={
+        "cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0"})])["keep"].result(10)
+    first = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    first.produce("keep", b"from A", key=b"k")
+    assert first.flush(10) == 0
+    second = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    second.produce("keep", b"from B", key=b"k")
+    assert second.flush(10) == 0
+    for j in range(400):  # small batches that roll segments: A's and B's batches leave the active segment
+        second.produce("keep", b"f" * 40, key=f"filler{j}".encode())
+        if j % 40 == 39:
+            assert second.flush(30) == 0
+    def cleaned():
+        view = read_all(b.bootstrap, "keep")
+        return view if [(k, v) for _, k, v in view if k == b"k"] == [(b"k", b"from B")] else None
+
+    view = wait_until(cleaned, 60, interval=1, what="A's value cleaned away")
+    assert view[0][0] > 0  # nothing is served at offset 0: A's batch holds no record
+    import struct
+    head = (b.log_dir / "keep-0" / f"{0:020d}.log").read_bytes()[:61]
+    base, producer_id, count = struct.unpack(">q", head[:8])[0], *struct.unpack(">q", head[43:51]), \
+        struct.unpack(">i", head[57:61])[0]
+    assert (base, count) == (0, 0) and producer_id >= 0  # A's batch is still there, empty
+    consumer = KafkaConsumer("keep", bootstrap_servers=b.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=10000)
+    seen = [(m.offset, m.key) for m in consumer]
+    consumer.close()
+    assert [o for o, _ in seen] == [o for o, _, _ in view]

@@ -10,7 +10,23 @@ import pytest
 from broker.log.cleaner import LogCleaner, build_offset_map, clean_segments, group_by_size
 from broker.log.log import LogConfig, PartitionLog
 from broker.log.manager import LogManager
+from broker.protocol import records
 from test_log_full_disk import append, idempotent_batch, served
+
+
+def with_records(plog) -> list[int]:
+    """Offsets of the batches the log serves that hold records (an empty batch kept for its producer holds none)."""
+    out, offset = [], plog.log_start_offset
+    while (region := plog.read(offset, 1 << 20, committed_only=False)) is not None:
+        data, pos = region.read(), 0
+        while pos + records.HEADER_SIZE <= len(data):
+            header = records.read_header(data, pos)
+            if pos + header.size > len(data):
+                break
+            if header.record_count:
+                out.extend(range(header.base_offset, header.next_offset))
+            offset, pos = header.next_offset, pos + header.size
+    return out
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -72,7 +88,7 @@ def test_cleaning_merges_small_segments_and_keeps_every_latest_value_at_its_offs
     assert asyncio.run(cleaner.run_once()) is True
     bases = [s.base_offset for s in plog.segments]
     assert bases[0] == 0 and not {base for base, _ in shrunk[1:]} & set(bases)  # the small ones are one now
-    survivors = [o for o in served(plog) if o < plog.active.base_offset]
+    survivors = [o for o in with_records(plog) if o < plog.active.base_offset]
     assert survivors == _latest_before(written, plog.active.base_offset)
     logs = sorted(n for n in os.listdir(plog.dir) if n.endswith(".log"))
     assert len(logs) == len(plog.segments)  # the merged-away segments' files are gone (.deleted, removed later)
@@ -102,3 +118,32 @@ def test_a_crash_inside_a_merge_leaves_a_consistent_log(tmp_path, crash_after):
                                                                              plog.log_end_offset))
     assert served(reopened) == expected
     assert not [n for n in os.listdir(plog.dir) if n.endswith((".swap", ".deleted", ".cleaned"))]
+
+
+def test_a_producers_last_batch_is_kept_empty_when_its_records_go(tmp_path):
+    """Kafka's BatchRetention.RETAIN_EMPTY: producer 8's only batch is superseded by producer 7's later value of
+    the same key; cleaning keeps an empty batch of producer 8, so its epoch and sequence are still in the log: a
+    log reopened without its producer snapshot still knows producer 8 and finds its retried batch a duplicate."""
+    from broker.log.cleaner import clean_segment
+    from broker.log.producer_state import DuplicateSequence
+
+    plog = PartitionLog(str(tmp_path / "c-0"), "c", 0, LogConfig(segment_bytes=1000, cleanup_policy="compact"))
+    retried = idempotent_batch([b"old"], 0, 8, keys=[b"k"])
+    assert append(plog, retried) == 0
+    for seq in range(12):  # producer 7 writes k again and again: the first segments fill and roll
+        append(plog, idempotent_batch([b"v" * 60], seq, 7, keys=[b"k"]))
+    first = plog.segments[0]
+    latest = build_offset_map([(s.path, s.size) for s in plog.segments[:-1]])
+    clean_segment(first.path, first.size, latest, 0, last_batches=plog.producers.last_batch_offsets())
+    data = open(first.path + ".cleaned", "rb").read()
+    header = records.read_header(data)
+    assert (header.base_offset, header.producer_id, header.record_count) == (0, 8, 0)  # kept, empty
+    os.replace(first.path + ".cleaned", first.path)
+    for name in os.listdir(plog.dir):
+        if name.endswith((".index", ".timeindex")) or name == "producer.snapshot":
+            os.unlink(os.path.join(plog.dir, name))
+    reopened = PartitionLog(plog.dir, "c", 0, LogConfig(segment_bytes=1000), clean_shutdown=False)
+    assert 8 in {pid for pid, *_ in reopened.producers.active_producers()}
+    with pytest.raises(DuplicateSequence):
+        reopened.producers.check(8, 0, 0, 0)
+    assert 0 not in with_records(reopened)  # the empty batch holds no record

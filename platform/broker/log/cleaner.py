@@ -13,6 +13,9 @@ is older than ``max.compaction.lag.ms``: cleaned whatever its ratio) and:
 2. rewrites every cleanable segment keeping a record only if no later offset of its key is in the map, and
    dropping tombstones (null values) older than ``delete.retention.ms``; survivors keep their offsets (a batch
    keeps its base offset and last offset delta; compressed batches are rewritten uncompressed);
+   A batch of an idempotent or transactional producer that loses all its records but is that producer's last
+   batch is kept empty (its header, no records: Kafka's ``BatchRetention.RETAIN_EMPTY``), so the producer's epoch
+   and sequence survive in the log, not only in the producer snapshot;
 2b. merges small segments as it rewrites them (Kafka's ``groupSegmentsBySize``): consecutive cleanable segments
    whose sizes add up to at most ``segment.bytes`` (and whose offsets span at most 2^31 - 1) are rewritten into
    one segment with the first one's base offset, so a log compacted round after round does not keep a file per
@@ -119,18 +122,19 @@ def group_by_size(segments: list[LogSegment], max_bytes: int) -> list[list[LogSe
 
 
 def clean_segment(path: str, size: int, latest: dict[bytes, int], drop_tombstones_before_ms: int,
-                  cap: int = STORED_BATCH_CAP) -> tuple[int, int]:
+                  cap: int = STORED_BATCH_CAP, last_batches: dict[int, int] | None = None) -> tuple[int, int]:
     """Write ``path.cleaned`` with the surviving records; returns (records kept, records dropped)."""
-    return clean_segments([(path, size)], latest, drop_tombstones_before_ms, cap)
+    return clean_segments([(path, size)], latest, drop_tombstones_before_ms, cap, last_batches)
 
 
 def clean_segments(parts: list[tuple[str, int]], latest: dict[bytes, int], drop_tombstones_before_ms: int,
-                   cap: int = STORED_BATCH_CAP) -> tuple[int, int]:
+                   cap: int = STORED_BATCH_CAP, last_batches: dict[int, int] | None = None) -> tuple[int, int]:
     """Write ``<first path>.cleaned`` with the surviving records of every segment of ``parts`` (path, size), in
-    order: one segment in place of a group; returns (records kept, records dropped)."""
+    order: one segment in place of a group; returns (records kept, records dropped). ``last_batches``: producer
+    id -> the last offset of its last batch, kept empty when all its records go."""
     target = parts[0][0] + ".cleaned"
     try:
-        return _write_cleaned(parts, target, latest, drop_tombstones_before_ms, cap)
+        return _write_cleaned(parts, target, latest, drop_tombstones_before_ms, cap, last_batches or {})
     except BaseException:
         _discard(target)
         raise
@@ -144,7 +148,7 @@ def _discard(path: str) -> None:
 
 
 def _write_cleaned(parts: list[tuple[str, int]], target: str, latest: dict[bytes, int],
-                   drop_tombstones_before_ms: int, cap: int) -> tuple[int, int]:
+                   drop_tombstones_before_ms: int, cap: int, last_batches: dict[int, int]) -> tuple[int, int]:
     kept = dropped = 0
     with open(target, "wb") as out:
         for path, batch in ((path, batch) for path, size in parts for batch in _batches(path, size)):
@@ -164,7 +168,8 @@ def _write_cleaned(parts: list[tuple[str, int]], target: str, latest: dict[bytes
             kept += len(survivors)
             if len(survivors) == len(recs):
                 out.write(batch)
-            elif survivors:
+            elif survivors or (header.producer_id >= 0 and last_batches.get(header.producer_id)
+                               == header.base_offset + header.last_offset_delta):  # a producer's last: kept empty
                 out.write(rebuild_batch(header, survivors))
         out.flush()
         os.fsync(out.fileno())
@@ -259,10 +264,11 @@ class LogCleaner:
         latest = await asyncio.to_thread(build_offset_map, dirty, cap)
         jobs = [(group, [(s.path, s.size) for s in group])
                 for group in group_by_size(segments, plog.config.segment_bytes)]
+        last_batches = plog.producers.last_batch_offsets()
         swapped = 0
         try:
             results = await asyncio.to_thread(
-                lambda: [clean_segments(parts, latest, cutoff, cap) for _, parts in jobs])
+                lambda: [clean_segments(parts, latest, cutoff, cap, last_batches) for _, parts in jobs])
             for group, parts in jobs:
                 self._swap(plog, group, parts[0][0])
                 swapped += 1

@@ -161,6 +161,11 @@ class ProducerStateManager:
         return [(pid, p.epoch, p.batches[-1][1] if p.batches else -1, p.last_timestamp, p.coordinator_epoch,
                  p.txn_first) for pid, p in sorted(self._producers.items())]
 
+    def last_batch_offsets(self) -> dict[int, int]:
+        """Each known producer's last batch's last offset (a batch's sequences map one to one to its offsets)."""
+        return {pid: offset + (last - first) % 2**31 for pid, p in self._producers.items() if p.batches
+                for first, last, offset in (p.batches[-1],)}
+
     def snapshot(self, path: str, offset: int) -> None:
         """Write the state as of log offset ``offset``: whole or not at all (OSError, the old snapshot kept).
         Not fsync'd: written at every roll and checkpoint for every partition, on the event loop; a snapshot a
