@@ -6,7 +6,6 @@ carries the session's lifetime (v1+, KIP-368): ``connections.max.reauth.ms`` or 
 from broker.handlers.registry import NO_RESPONSE, handles
 from broker.protocol.messages import ErrorCode, build, response_class
 from broker.security import sasl
-from broker.security.sasl import SaslFailure
 
 KEY = 36
 
@@ -32,7 +31,7 @@ async def handle(broker, header, request):
         reply = await session.sasl.respond(request.auth_bytes)
         if session.sasl.complete:
             lifetime = sasl.finish(session, broker.config, session.sasl)
-    except SaslFailure as exc:
+    except sasl.SaslFailure as exc:
         session.close_after_response = True
         failed = broker.metrics.failed_reauthentications if reauthentication else broker.metrics.failed_authentications
         failed[session.listener] += 1

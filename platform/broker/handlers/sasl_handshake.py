@@ -9,7 +9,6 @@ the connection until it completes. Otherwise a second handshake is ILLEGAL_SASL_
 
 import time
 
-
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, response_class
 from broker.security import credentials, sasl

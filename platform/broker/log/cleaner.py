@@ -111,13 +111,15 @@ def group_by_size(segments: list[LogSegment], max_bytes: int) -> list[list[LogSe
     to at most ``max_bytes`` and its offsets span at most ``INT_MAX`` (relative offsets in an index are 32-bit); a
     segment larger than ``max_bytes`` is a group of its own."""
     groups: list[list[LogSegment]] = []
+    size = 0  # of the last group
     for segment in segments:
-        group = groups[-1] if groups else None
-        if (group is not None and sum(s.size for s in group) + segment.size <= max_bytes
-                and (segment.size == 0 or segment.next_offset - 1 - group[0].base_offset <= INT_MAX)):
-            group.append(segment)
+        if (groups and size + segment.size <= max_bytes
+                and (segment.size == 0 or segment.next_offset - 1 - groups[-1][0].base_offset <= INT_MAX)):
+            groups[-1].append(segment)
+            size += segment.size
         else:
             groups.append([segment])
+            size = segment.size
     return groups
 
 

@@ -531,11 +531,8 @@ class PartitionLog:
 
     def retire_segment(self, segment: LogSegment, schedule_delete) -> None:
         """Rename a segment's files away (``.deleted``) and close them later; the caller puts a replacement
-        with the same base offset in place (:meth:`replace_segment`)."""
+        with the same base offset in place (:meth:`replace_segments`)."""
         self._delete_later(segment, schedule_delete)
-
-    def replace_segment(self, old: LogSegment, fresh: LogSegment) -> None:
-        self.replace_segments([old], fresh)
 
     def replace_segments(self, olds: list[LogSegment], fresh: LogSegment) -> None:
         """``fresh`` (with the first one's base offset) in place of the consecutive segments ``olds``: compaction's

@@ -388,8 +388,8 @@ class KafkaListener:
         if session is not None:
             if not session.authenticated and header.api_key not in SASL_KEYS:
                 raise MalformedRequest(f"{api.name} before SASL authentication on listener {self.name}")
-            now = time.monotonic()
-            if session.expired(now) and session.reauthenticating_as is None and \
+            if session.expires is not None and session.reauthenticating_as is None and \
+                    session.expired(now := time.monotonic()) and \
                     not (header.api_key == 17 and session.may_reauthenticate(now)):
                 self.broker.metrics.expired_connections_killed[self.name] += 1
                 raise SessionExpired(f"{api.name} after the SASL session of {session.principal} expired "

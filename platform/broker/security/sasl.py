@@ -15,14 +15,13 @@ import logging
 import time
 from typing import Awaitable, Callable
 
+from broker.config import OAUTHBEARER_VALIDATOR, SASL_MECHANISMS as MECHANISMS  # noqa: F401  (re-exported)
 from broker.security import oauthbearer, scram
 from settings import jaas
 
 log = logging.getLogger(__name__)
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 OAUTHBEARER_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 
 class SaslFailure(Exception):
@@ -233,15 +232,15 @@ class ClientExchange:
         self.mechanism = mechanism.upper()
         if first is None and self.mechanism == "PLAIN":
             first = b"\0" + username.encode() + b"\0" + password.encode()
-        self._plain = first  # PLAIN's or OAUTHBEARER's one token
-        self._scram = None if self._plain is not None else scram.ScramClient(self.mechanism, username, password)
+        self._single = first  # PLAIN's or OAUTHBEARER's one token
+        self._scram = None if self._single is not None else scram.ScramClient(self.mechanism, username, password)
         self._step = 0
 
     def first(self) -> bytes:
-        return self._plain if self._plain is not None else self._scram.first()
+        return self._single if self._single is not None else self._scram.first()
 
     def respond(self, token: bytes) -> bytes | None:
-        if self._plain is not None:
+        if self._single is not None:
             if token:  # OAUTHBEARER's error challenge
                 raise ConnectionError(f"{self.mechanism} token refused: {bytes(token).decode(errors='replace')}")
             return None
