@@ -214,3 +214,44 @@ def locate_missing(bootstrap: str, rows: list[dict], timeout: float = 60) -> lis
             consumer.close()
     return [f"{topic} {producer} seq {seq}: {found.get((topic, producer, seq), 'not in the log')}"
             for topic, keys in sorted(wanted.items()) for producer, seq in sorted(keys)]
+
+
+def tier_snapshots(bootstrap: str, registry: str, rows: list[dict], timeout: float = 60) -> list[str]:
+    """For the rows short of 100% whose tier is a cluster's own: every snapshot of that tier for the row's (topic,
+    window) in the cluster's ``_audit`` ("partition/offset emitted_at producer count"), the tier's last round
+    markers, and each partition's watermarks as read now. A failure's clue: it tells a count that was never
+    published (no snapshot reaches the row's figure) from a report that read ``_audit`` short (one does)."""
+    from audit.collector import AuditDecoder, Malformed, read_to_end
+    from audit.events import AUDIT_TOPIC
+    from audit.reconcile import ROUND
+    from confluent_kafka import Consumer, TopicPartition
+
+    wanted = {(r["tier"], r["topic"], r["window_start"]) for r in rows if r.get("completeness") != 100.0}
+    if not wanted:
+        return []
+    tiers = {t for t, _, _ in wanted}
+    lines: list[str] = []
+    try:
+        decoder, rounds = AuditDecoder(registry), []
+        for m in read_to_end(bootstrap, AUDIT_TOPIC, "logbus-test-snapshots", timeout):
+            try:
+                e = decoder.decode(m.value())
+            except Malformed:
+                continue
+            if e["kind"] != "TIER" or e["tier"] not in tiers:
+                continue
+            if e["producer_id"] == ROUND:
+                rounds.append(f"round {m.partition()}/{m.offset()} at {e['emitted_at']}")
+            elif (e["tier"], e["topic"], e["window_start"]) in wanted:
+                lines.append(f"{e['tier']} {e['topic']} {e['window_start']}: {m.partition()}/{m.offset()} at "
+                             f"{e['emitted_at']} {e['producer_id']} count {e['count']}")
+        lines += rounds[-3:]
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "logbus-test-snapshots"})
+        try:
+            for p in c.list_topics(AUDIT_TOPIC, timeout=30).topics[AUDIT_TOPIC].partitions:
+                lines.append(f"{AUDIT_TOPIC}[{p}] watermarks {c.get_watermark_offsets(TopicPartition(AUDIT_TOPIC, p), 10)}")
+        finally:
+            c.close()
+    except Exception as exc:  # noqa: BLE001 - a clue only
+        lines.append(f"{AUDIT_TOPIC}: not read: {exc}")
+    return lines[-60:]

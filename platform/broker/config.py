@@ -117,6 +117,10 @@ class Key:
 IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+OAUTHBEARER_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+# Kafka 3.1-3.3's name of the same class (deprecated since 3.4, still accepted)
+OAUTHBEARER_LOGIN_HANDLERS = (OAUTHBEARER_LOGIN_HANDLER,
+                              "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler")
 
 # Kafka's SSL and SASL keys; each may also be set for one listener as listener.name.<listener>.<key>.
 SECURITY_KEYS = [
@@ -170,6 +174,15 @@ MECHANISM_KEYS = [
     Key("sasl.oauthbearer.sub.claim.name", _str, "sub", "OAUTHBEARER: the claim naming the principal."),
     Key("sasl.oauthbearer.scope.claim.name", _str, "scope", "OAUTHBEARER: the claim holding the scope."),
     Key("sasl.oauthbearer.clock.skew.seconds", _int(0), 30, "OAUTHBEARER: leeway for exp, iat and nbf."),
+    Key("sasl.login.callback.handler.class", _str, None, "OAUTHBEARER between brokers: unset for Kafka's "
+        f"unsecured login; {OAUTHBEARER_LOGIN_HANDLER} for an OIDC client-credentials login at "
+        "sasl.oauthbearer.token.endpoint.url (the JAAS options clientId, clientSecret, scope)."),
+    Key("sasl.oauthbearer.token.endpoint.url", _str, None, "OAUTHBEARER between brokers: the OIDC token "
+        "endpoint (http(s)://) of the client-credentials login."),
+    Key("sasl.login.connect.timeout.ms", _int(1), 10000, "OAUTHBEARER between brokers: connect timeout of "
+        "the token endpoint."),
+    Key("sasl.login.read.timeout.ms", _int(1), 10000, "OAUTHBEARER between brokers: read timeout of the "
+        "token endpoint."),
 ]
 # Kafka's PASSWORD-type keys: DescribeConfigs answers them with no value and is_sensitive=true.
 SENSITIVE_KEYS = frozenset(("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
@@ -517,14 +530,21 @@ class BrokerConfig:
             raise ConfigError(f"listener {listener}: OAUTHBEARER: {exc}") from None
         if listener == self.inter_broker_listener and \
                 self["sasl.mechanism.inter.broker.protocol"].upper() == "OAUTHBEARER":
-            if handler is not None:
-                raise ConfigError(f"listener {listener}: brokers authenticate to each other with Kafka's unsecured "
-                                  "OAUTHBEARER login, which a JWKS-validated listener refuses (an OIDC login between "
-                                  "brokers is not implemented)")
+            from broker.security import oidc_login
             try:
-                sasl.client_exchange(self, listener, "OAUTHBEARER")
-            except ConnectionError as exc:
-                raise ConfigError(str(exc)) from None
+                login = oidc_login.tokens(self, listener)
+            except ValueError as exc:
+                raise ConfigError(f"listener {listener}: inter-broker OAUTHBEARER login: {exc}") from None
+            if login is None and handler is not None:
+                raise ConfigError(f"listener {listener}: brokers would authenticate to each other with Kafka's "
+                                  "unsecured OAUTHBEARER login, which a JWKS-validated listener refuses: set "
+                                  f"listener.name.{listener.lower()}.oauthbearer.sasl.login.callback.handler.class="
+                                  f"{OAUTHBEARER_LOGIN_HANDLER} and sasl.oauthbearer.token.endpoint.url")
+            if login is None:
+                try:
+                    sasl.client_exchange(self, listener, "OAUTHBEARER")
+                except ConnectionError as exc:
+                    raise ConfigError(str(exc)) from None
 
     def listener_protocol(self, name: str) -> str:
         """The security protocol of listener ``name`` (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""

@@ -22,7 +22,7 @@ import requests
 from chaos import logbus
 from support import REPO, free_port, wait_until
 from topology_checks import (GRACE_MS, SMALL_WINDOWS, WINDOW_MS, _polled, airflow_token, locate_missing,
-                             run_dag, short_rows)
+                             run_dag, short_rows, tier_snapshots)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 SOURCES = ("live-east", "live-west")
@@ -86,6 +86,7 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
     from confluent_kafka import Consumer, TopicPartition
 
     from logbus.local import leftovers
+    from logbus.topology import OCTETS
 
     topo = json.loads((REPO / "topology" / "three-dc.json").read_text())
     net = random.randrange(60, 250)
@@ -103,6 +104,7 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
     broker_sets = {dc: ",".join(f"127.{net}.{o}.{i}:{port['broker']}" for i in range(1, n + 1))
                    for dc, o, n in (("live-east", 1, 2), ("live-west", 3, 2), ("offline", 2, 3))}
     audit = f"http://127.{net}.2.40:{port['audit']}"
+    registry = f"http://127.{net}.1.{OCTETS['registry']}:{port['registry']}"  # live-east's: the primary
     try:
         out = logbus("up", "--topology", str(tmp_path / "topology.json"), "--state-dir", str(state), timeout=900)
         assert out.returncode == 0, out.stdout + out.stderr
@@ -173,9 +175,17 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
         assert {"warehouse", "warehouse/live-east", "warehouse/live-west"} | CLUSTER_TIERS == \
             {r["tier"] for r in closed}, sorted({r["tier"] for r in closed})
         bad = [r for r in closed if r["completeness"] != 100.0 or r["missing"]]
+        if bad:  # the audit service's view of the same rows now, and the snapshots in each tier's own _audit
+            keys = {(r["topic"], r["window_start"], r["tier"]) for r in bad}
+            service = [{k: r[k] for k in ("topic", "window_start", "tier", "completeness", "received")}
+                       for r in requests.get(f"{audit}/api/report", params={"from": killed_at - 60000},
+                                             timeout=30).json() if (r["topic"], r["window_start"], r["tier"]) in keys]
+            snapshots = {dc: tier_snapshots(broker_sets[dc], registry, [r for r in bad if r["tier"] == dc])
+                         for dc in broker_sets}
         # in full (a tuple's repr was cut to "..." in the CI of 4fbe610, which hid the window's figures)
         assert not bad, json.dumps({"bad": bad[:5], "started": started, "killed_at": killed_at, "back_at": back_at,
-                                    "cut": cut, "clues": _clues(state),
+                                    "cut": cut, "clues": _clues(state), "audit_service_now": service[:10],
+                                    "snapshots": snapshots,
                                     "where": where_missing(bad[:5], broker_sets)}, indent=1, default=str)
         by = {(r["topic"], r["window_start"], r["tier"]): r for r in closed}
         summed = 0

@@ -65,6 +65,7 @@ class LeaderFetcher:
         self._reader: FrameReader | None = None  # the connection's reads (a buffered protocol: no copies)
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
+        self._login_refused: str | None = None  # the last refused login, logged once
         self._client_id = f"replica-fetcher-{self.broker.node_id}".encode()
         self._stopping = False
         self._session_id = 0  # the leader's fetch session (0: none yet)
@@ -122,8 +123,13 @@ class LeaderFetcher:
                 reader, writer = await open_broker_connection(self.broker.config, host, port,
                                                               self._client_id.decode())
         except (OSError, asyncio.TimeoutError) as exc:  # ConnectionError included: authentication refused
-            log.debug("replica fetcher: cannot connect to broker %d: %s", self.leader_id, exc)
+            # a refused login (a plain ConnectionError) is told once while it stays the same; a peer away is not
+            refused = type(exc) is ConnectionError and str(exc) != self._login_refused
+            self._login_refused = str(exc) if type(exc) is ConnectionError else None
+            (log.warning if refused else log.debug)("replica fetcher: cannot connect to broker %d: %s",
+                                                    self.leader_id, exc)
             return False
+        self._login_refused = None
         if self._stopping:
             writer.transport.abort()
             return False

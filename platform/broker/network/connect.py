@@ -1,7 +1,8 @@
 """Connections from this broker to another one on the inter-broker listener (replica fetcher, transaction
 markers): TLS when that listener's protocol is SSL or SASL_SSL, then SASL authentication when it is
 SASL_PLAINTEXT or SASL_SSL, with this broker's own credentials (``sasl.mechanism.inter.broker.protocol`` and
-``listener.name.<listener>.<mechanism>.sasl.jaas.config``).
+``listener.name.<listener>.<mechanism>.sasl.jaas.config``; for OAUTHBEARER, Kafka's unsecured login or an OIDC
+client-credentials login, :mod:`broker.security.oidc_login`).
 
 A session with a lifetime (KIP-368: the other broker's ``connections.max.reauth.ms``, or a token's expiry) is
 renewed by reconnecting: :func:`renewal_due` turns true at a random point between 85% and 95% of the lifetime,
@@ -64,13 +65,27 @@ async def _call(reader, writer, api_key: int, version: int, correlation: int, cl
     return response
 
 
+async def _oidc_token(config, listener: str, mechanism: str) -> str | None:
+    """This broker's access token from its OIDC login, off the event loop (None: no OIDC login configured)."""
+    from broker.security import oidc_login
+    from settings.oidc import OidcError
+
+    if mechanism != "OAUTHBEARER":
+        return None
+    try:
+        tokens = oidc_login.tokens(config, listener)
+        return await asyncio.to_thread(tokens.token) if tokens is not None else None
+    except (OidcError, ValueError) as exc:
+        raise ConnectionError(f"OAUTHBEARER login on listener {listener}: {exc}") from None
+
+
 async def _authenticate(config, listener: str, reader, writer, client_id: str) -> int:
     """SASL on a new connection; the session lifetime the broker gave (ms, 0: none)."""
     from broker.protocol.codec import request_type
     from broker.security.sasl import client_exchange
 
     mechanism = config["sasl.mechanism.inter.broker.protocol"].upper()
-    exchange = client_exchange(config, listener, mechanism)
+    exchange = client_exchange(config, listener, mechanism, await _oidc_token(config, listener, mechanism))
     handshake = await _call(reader, writer, 17, 1, 1, client_id, request_type(17, 1)(mechanism=mechanism))
     if int(handshake.error_code) != 0:
         raise ConnectionError(f"SaslHandshake {mechanism}: error {int(handshake.error_code)} "

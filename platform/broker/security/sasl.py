@@ -251,17 +251,20 @@ class ClientExchange:
         return None
 
 
-def client_exchange(config, listener: str, mechanism: str) -> ClientExchange:
+def client_exchange(config, listener: str, mechanism: str, token: str | None = None) -> ClientExchange:
+    """``token``: OAUTHBEARER's access token from an OIDC login (:mod:`broker.security.oidc_login`); without one,
+    Kafka's unsecured login makes a token from the listener's OAuthBearerLoginModule options."""
     text = jaas_config(config, listener, mechanism)
     if not text:
         raise ConnectionError(f"no sasl.jaas.config for {mechanism} on listener {listener} "
                               f"(listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config)")
     module = jaas.parse(text)[0]
-    if mechanism.upper() == "OAUTHBEARER":  # Kafka's unsecured login: a token made from the module's options
-        try:
-            token = oauthbearer.unsecured_login_token(dict(module.options))
-        except ValueError as exc:
-            raise ConnectionError(f"OAUTHBEARER login on listener {listener}: {exc}") from None
+    if mechanism.upper() == "OAUTHBEARER":
+        if token is None:
+            try:
+                token = oauthbearer.unsecured_login_token(dict(module.options))
+            except ValueError as exc:
+                raise ConnectionError(f"OAUTHBEARER login on listener {listener}: {exc}") from None
         return ClientExchange(mechanism, "", "", first=oauthbearer.client_first(token))
     username, password = module.options.get("username"), module.options.get("password")
     if username is None or password is None:
