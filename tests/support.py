@@ -78,6 +78,7 @@ class BrokerProcess:
         self.config_path = self.workdir / "server.properties"
         self.proc: subprocess.Popen | None = None
         self.output = self.workdir / "broker.log"
+        self.env: dict | None = None  # the broker's environment (default: this process's)
 
     @property
     def bootstrap(self) -> str:
@@ -88,7 +89,7 @@ class BrokerProcess:
 
     def start(self) -> "BrokerProcess":
         self.write_config()
-        env = dict(os.environ, PYTHONPATH=str(self.platform_dir))
+        env = dict(self.env or os.environ, PYTHONPATH=str(self.platform_dir))
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "logbus.cli", "broker", str(self.config_path)],
                                          stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.workdir)

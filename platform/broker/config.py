@@ -115,7 +115,8 @@ class Key:
 
 
 IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+INTER_BROKER_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")  # GSSAPI: clients only
 OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 OAUTHBEARER_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 # Kafka 3.1-3.3's name of the same class (deprecated since 3.4, still accepted)
@@ -150,7 +151,7 @@ SECURITY_KEYS = [
     Key("security.inter.broker.protocol", _choice(*SECURITY_PROTOCOLS), "PLAINTEXT",
         "Security protocol between brokers, when inter.broker.listener.name is not set."),
     Key("sasl.enabled.mechanisms", _list, ["GSSAPI"], "SASL mechanisms offered on SASL listeners (logbus: "
-        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)."),
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI)."),
     Key("sasl.mechanism.inter.broker.protocol", _str, "GSSAPI", "SASL mechanism brokers use with each other."),
     Key("sasl.jaas.config", _str, None, "JAAS login configuration (usually set per listener and mechanism: "
         "listener.name.<listener>.<mechanism>.sasl.jaas.config)."),
@@ -174,6 +175,10 @@ MECHANISM_KEYS = [
     Key("sasl.oauthbearer.sub.claim.name", _str, "sub", "OAUTHBEARER: the claim naming the principal."),
     Key("sasl.oauthbearer.scope.claim.name", _str, "scope", "OAUTHBEARER: the claim holding the scope."),
     Key("sasl.oauthbearer.clock.skew.seconds", _int(0), 30, "OAUTHBEARER: leeway for exp, iat and nbf."),
+    Key("sasl.kerberos.service.name", _str, None, "GSSAPI: the Kerberos service name of the brokers (the first "
+        "component of the listener's principal, e.g. kafka)."),
+    Key("sasl.kerberos.principal.to.local.rules", _list, ["DEFAULT"], "GSSAPI: Kafka's rules mapping a Kerberos "
+        "name to the principal's name (DEFAULT: the first component, for names of the default realm)."),
     Key("sasl.login.callback.handler.class", _str, None, "OAUTHBEARER between brokers: unset for Kafka's "
         f"unsecured login; {OAUTHBEARER_LOGIN_HANDLER} for an OIDC client-credentials login at "
         "sasl.oauthbearer.token.endpoint.url (the JAAS options clientId, clientSecret, scope)."),
@@ -490,14 +495,27 @@ class BrokerConfig:
                 offered = self.listener_value(spec.name, "sasl.enabled.mechanisms") or []
                 if not any(m.upper() in SASL_MECHANISMS for m in offered):
                     raise ConfigError(f"listener {spec.name}: sasl.enabled.mechanisms={','.join(offered)} has none "
-                                      f"of {', '.join(SASL_MECHANISMS)} (GSSAPI is not implemented)")
+                                      f"of {', '.join(SASL_MECHANISMS)}")
                 if "OAUTHBEARER" in (m.upper() for m in offered):
                     self._check_oauthbearer(spec.name)
+                if "GSSAPI" in (m.upper() for m in offered):
+                    self._check_gssapi(spec.name)
         if self.listener_protocol(self.inter_broker_listener).startswith("SASL_"):
             mechanism = self["sasl.mechanism.inter.broker.protocol"].upper()
-            if mechanism not in SASL_MECHANISMS:
-                raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: logbus implements "
-                                  f"{', '.join(SASL_MECHANISMS)}")
+            if mechanism not in INTER_BROKER_MECHANISMS:
+                raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: logbus brokers authenticate "
+                                  f"to each other with {', '.join(INTER_BROKER_MECHANISMS)}"
+                                  + (" (GSSAPI serves clients only)" if mechanism == "GSSAPI" else ""))
+
+    def _check_gssapi(self, listener: str) -> None:
+        """What Kafka checks when it builds a listener's GSSAPI server at start-up, and that the keytab gives
+        the listener's principal (without reaching a KDC: accepting needs none)."""
+        from broker.security import sasl
+
+        try:
+            sasl.gssapi_acceptor(self, listener)
+        except (ValueError, OSError, ImportError) as exc:
+            raise ConfigError(f"listener {listener}: GSSAPI: {exc}") from None
 
     def _check_oauthbearer(self, listener: str) -> None:
         """What Kafka checks when it builds a listener's OAUTHBEARER handlers at start-up."""

@@ -45,6 +45,6 @@ def handle(broker, header, request):
         mechanism, lambda: sasl.plain_users(broker.config, listener),
         lambda user, mech: credentials.lookup(broker, user, mech),
         sasl.token_validator(broker.config, listener) if mechanism == "OAUTHBEARER" else None, refused,
-        reauthenticating=reauthenticate)
+        reauthenticating=reauthenticate, gssapi=lambda: sasl.gssapi_acceptor(broker.config, listener))
     session.raw_tokens = header.api_version == 0
     return build(cls, error_code=ErrorCode.none, mechanisms=tuple(enabled))

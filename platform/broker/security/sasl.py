@@ -1,7 +1,8 @@
 """SASL exchanges of one connection (server side) and of this broker's own connections to other brokers
-(client side): PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER. SCRAM credentials come from an async lookup (ZooKeeper or
-a file, see :mod:`broker.security.credentials`); PLAIN users from the listener's JAAS config; OAUTHBEARER tokens
-are checked by Kafka's unsecured JWS validator or, with ``sasl.server.callback.handler.class`` set to Kafka's
+(client side): PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER, and GSSAPI on the server side only
+(:mod:`broker.security.kerberos`). SCRAM credentials come from an async lookup (ZooKeeper or a file, see
+:mod:`broker.security.credentials`); PLAIN users from the listener's JAAS config; OAUTHBEARER tokens are checked
+by Kafka's unsecured JWS validator or, with ``sasl.server.callback.handler.class`` set to Kafka's
 ``OAuthBearerValidatorCallbackHandler``, against a JWKS (KIP-768; :mod:`broker.security.oauthbearer`).
 
 Sessions (KIP-368): :func:`finish` records a completed authentication on the connection's session, with the
@@ -12,11 +13,12 @@ I/O here (a JWKS is fetched by :class:`~broker.security.oauthbearer.JwksKeys`)."
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Awaitable, Callable
 
 from broker.config import OAUTHBEARER_VALIDATOR, SASL_MECHANISMS as MECHANISMS  # noqa: F401  (re-exported)
-from broker.security import oauthbearer, scram
+from broker.security import kerberos, oauthbearer, scram
 from settings import jaas
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,8 @@ class ServerExchange:
     def __init__(self, mechanism: str, plain_users: Callable[[], dict[str, str]],
                  scram_lookup: Callable[[str, str], Awaitable[scram.ScramCredential | None]],
                  validate_token: Callable[[str], Awaitable[oauthbearer.Token]] | None = None,
-                 refused: str | None = None, reauthenticating: bool = False):
+                 refused: str | None = None, reauthenticating: bool = False,
+                 gssapi: Callable[[], "kerberos.Acceptor"] | None = None):
         self.mechanism = mechanism.upper()
         self._plain_users = plain_users
         self._lookup = scram_lookup
@@ -54,6 +57,8 @@ class ServerExchange:
         self.refused = refused  # a re-authentication with another mechanism: why it fails at the first token
         self._during = "re-authentication" if reauthenticating else "authentication"  # in Kafka's messages
         self._scram = scram.ScramServer(self.mechanism) if self.mechanism.startswith("SCRAM-") else None
+        self._gssapi_acceptor = gssapi
+        self._gssapi: kerberos.ServerContext | None = None
         self._step = 0
         self._oauth_error: bytes | None = None  # the error challenge sent; the client acknowledges it with 0x01
         self.complete = False
@@ -69,7 +74,24 @@ class ServerExchange:
             return self._plain(bytes(token))
         if self.mechanism == "OAUTHBEARER":
             return await self._oauthbearer(bytes(token))
+        if self.mechanism == "GSSAPI":
+            return self._gssapi_step(bytes(token))
         return await self._scram_step(bytes(token))
+
+    def _gssapi_step(self, token: bytes) -> bytes:
+        """Kafka's answer to a failed Kerberos exchange is its generic one; the reason goes to the log."""
+        try:
+            if self._gssapi is None:
+                self._gssapi = self._gssapi_acceptor().exchange()
+            reply = self._gssapi.step(token)
+        except (kerberos.GssapiFailure, ValueError, OSError) as exc:
+            log.info("GSSAPI authentication failed: %s", exc)
+            raise SaslFailure(f"Authentication failed during {self._during} due to invalid credentials with SASL "
+                              "mechanism GSSAPI") from None
+        if self._gssapi.complete:
+            self.complete, self.principal = True, self._gssapi.principal
+            log.info("GSSAPI: %s authenticated as %s", self._gssapi.kerberos_name, self.principal)
+        return reply
 
     async def _oauthbearer(self, token: bytes) -> bytes:
         """Kafka's OAuthBearerSaslServer: a refused token is answered with a JSON error challenge, which the
@@ -191,6 +213,43 @@ def token_validator(config, listener: str) -> Callable[[str], Awaitable[oauthbea
             return unsecured.validate(token)
     _validators[(id(config), listener)] = (config, validate)
     return validate
+
+
+_acceptors: dict[tuple[int, str], tuple[object, "kerberos.Acceptor"]] = {}  # (id(config), listener) -> acceptor
+
+
+def gssapi_acceptor(config, listener: str) -> "kerberos.Acceptor":
+    """A listener's Kerberos identity (its JAAS Krb5LoginModule keytab and principal), made once. ValueError
+    names what is missing; ImportError: the gssapi package is not installed."""
+    cached = _acceptors.get((id(config), listener))
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    try:
+        import gssapi  # noqa: F401
+    except ImportError:
+        raise ImportError("the gssapi package is not installed (pip install 'logbus[kerberos]', with Debian's "
+                          "libkrb5-dev to build it)") from None
+    value = lambda key: config.mechanism_value(listener, "GSSAPI", key)  # noqa: E731
+    service = value("sasl.kerberos.service.name")
+    if not service:
+        raise ValueError("No serviceName defined in either JAAS or Kafka config (sasl.kerberos.service.name)")
+    text = jaas_config(config, listener, "GSSAPI")
+    modules = [m for m in jaas.parse(text) if m.name == kerberos.KRB5_MODULE] if text else []
+    if not modules:
+        raise ValueError(f"needs listener.name.{listener.lower()}.gssapi.sasl.jaas.config with "
+                         f"{kerberos.KRB5_MODULE} (useKeyTab=true keyTab=... principal=...)")
+    principal, keytab = kerberos.jaas_identity(dict(modules[0].options))
+    if principal.split("/")[0].split("@")[0] != service:
+        raise ValueError(f"the principal {principal} is not of the service sasl.kerberos.service.name={service}")
+    if not os.access(keytab, os.R_OK):
+        raise ValueError(f"keyTab {keytab} cannot be read")
+    rules = kerberos.parse_rules(value("sasl.kerberos.principal.to.local.rules") or ["DEFAULT"])
+    try:
+        acceptor = kerberos.Acceptor(principal, keytab, rules)
+    except gssapi.exceptions.GSSError as exc:
+        raise ValueError(f"no credentials for {principal} in {keytab}: {exc}") from None
+    _acceptors[(id(config), listener)] = (config, acceptor)
+    return acceptor
 
 
 def callback_handler(config, listener: str) -> str | None:
