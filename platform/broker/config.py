@@ -116,7 +116,6 @@ class Key:
 
 IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
-INTER_BROKER_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")  # GSSAPI: clients only
 OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 OAUTHBEARER_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 # Kafka 3.1-3.3's name of the same class (deprecated since 3.4, still accepted)
@@ -502,10 +501,14 @@ class BrokerConfig:
                     self._check_gssapi(spec.name)
         if self.listener_protocol(self.inter_broker_listener).startswith("SASL_"):
             mechanism = self["sasl.mechanism.inter.broker.protocol"].upper()
-            if mechanism not in INTER_BROKER_MECHANISMS:
-                raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: logbus brokers authenticate "
-                                  f"to each other with {', '.join(INTER_BROKER_MECHANISMS)}"
-                                  + (" (GSSAPI serves clients only)" if mechanism == "GSSAPI" else ""))
+            if mechanism not in SASL_MECHANISMS:
+                raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: logbus implements "
+                                  f"{', '.join(SASL_MECHANISMS)}")
+            offered = [m.upper() for m in self.listener_value(self.inter_broker_listener,
+                                                              "sasl.enabled.mechanisms") or []]
+            if mechanism not in offered:  # Kafka's own start-up check
+                raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism} must be included in "
+                                  f"sasl.enabled.mechanisms when SASL is used for inter-broker communication")
 
     def _check_gssapi(self, listener: str) -> None:
         """What Kafka checks when it builds a listener's GSSAPI server at start-up, and that the keytab gives

@@ -141,3 +141,50 @@ def test_an_acl_is_checked_against_the_short_name(broker, kdc):
     assert out.returncode != 0
     assert "TopicAuthorizationFailed" in out.stderr or "TOPIC_AUTHORIZATION_FAILED" in out.stderr.upper(), \
         out.stderr[-2000:]
+
+
+def test_brokers_replicate_over_a_kerberos_inter_broker_listener(tmp_path, kdc):
+    """Two brokers authenticate to each other with GSSAPI (their keytab, a ticket for kafka/127.0.0.1 from the
+    KDC): acks=all with min.insync.replicas=2 is answered only once the follower fetched over that listener."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from support import ZooKeeperProcess, wait_until
+
+    zk = ZooKeeperProcess(tmp_path / "zk").start()
+    brokers = []
+    try:
+        for i in range(2):
+            b = BrokerProcess(tmp_path / f"b{i}", broker_id=i)
+            b.kerberos = free_port()
+            b.settings.update({
+                "listeners": f"PLAINTEXT://{HOST}:{b.port},KERBEROS://{HOST}:{b.kerberos}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KERBEROS:SASL_PLAINTEXT",
+                "inter.broker.listener.name": "KERBEROS",
+                "sasl.enabled.mechanisms": "GSSAPI", "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+                "sasl.kerberos.service.name": "kafka",
+                "listener.name.kerberos.gssapi.sasl.jaas.config":
+                    "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+                    f'keyTab="{kdc.broker_keytab}" principal="kafka/{HOST}@{kdc.realm}";',
+                "zookeeper.connect": zk.connect + "/krb", "zookeeper.session.timeout.ms": 6000,
+                "replica.fetch.wait.max.ms": 100, "replica.lag.time.max.ms": 5000,
+            })
+            b.env = kdc.env
+            brokers.append(b.start())
+        conf = {"bootstrap.servers": ",".join(b.bootstrap for b in brokers)}
+        admin = AdminClient(conf)
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 2, 30, what="two brokers")
+        topic = f"krb-repl-{uuid.uuid4().hex[:6]}"
+        admin.create_topics([NewTopic(topic, 2, 2, config={"min.insync.replicas": "2"})])[topic].result(30)
+        producer = Producer({**conf, "acks": "all", "message.timeout.ms": 20000})
+        acked = []
+        for i in range(50):
+            producer.produce(topic, value=b"%d" % i, on_delivery=lambda err, msg: acked.append(err))
+        assert producer.flush(30) == 0
+        assert len(acked) == 50 and all(err is None for err in acked), acked[:5]
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        assert all(sorted(p.isrs) == [0, 1] for p in parts)
+        assert any(f"kafka/{HOST}@{kdc.realm} authenticated as User:kafka" in b.log_text() for b in brokers)
+    finally:
+        for b in brokers:
+            b.stop()
+        zk.stop()

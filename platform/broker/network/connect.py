@@ -2,7 +2,8 @@
 markers): TLS when that listener's protocol is SSL or SASL_SSL, then SASL authentication when it is
 SASL_PLAINTEXT or SASL_SSL, with this broker's own credentials (``sasl.mechanism.inter.broker.protocol`` and
 ``listener.name.<listener>.<mechanism>.sasl.jaas.config``; for OAUTHBEARER, Kafka's unsecured login or an OIDC
-client-credentials login, :mod:`broker.security.oidc_login`).
+client-credentials login, :mod:`broker.security.oidc_login`; for GSSAPI, the listener's keytab and a ticket for
+``<sasl.kerberos.service.name>/<host>``).
 
 A session with a lifetime (KIP-368: the other broker's ``connections.max.reauth.ms``, or a token's expiry) is
 renewed by reconnecting: :func:`renewal_due` turns true at a random point between 85% and 95% of the lifetime,
@@ -46,7 +47,7 @@ async def open_broker_connection(config, host: str, port: int, client_id: str, l
                                                    server_hostname=host if context is not None else None)
     if protocol.startswith("SASL_"):
         try:
-            lifetime_ms = await _authenticate(config, listener, reader, writer, client_id)
+            lifetime_ms = await _authenticate(config, listener, reader, writer, client_id, host)
         except BaseException:
             writer.transport.abort()
             raise
@@ -79,13 +80,17 @@ async def _oidc_token(config, listener: str, mechanism: str) -> str | None:
         raise ConnectionError(f"OAUTHBEARER login on listener {listener}: {exc}") from None
 
 
-async def _authenticate(config, listener: str, reader, writer, client_id: str) -> int:
+async def _authenticate(config, listener: str, reader, writer, client_id: str, host: str) -> int:
     """SASL on a new connection; the session lifetime the broker gave (ms, 0: none)."""
     from broker.protocol.codec import request_type
     from broker.security.sasl import client_exchange
 
     mechanism = config["sasl.mechanism.inter.broker.protocol"].upper()
-    exchange = client_exchange(config, listener, mechanism, await _oidc_token(config, listener, mechanism))
+    token = await _oidc_token(config, listener, mechanism)
+    if mechanism == "GSSAPI":  # the first token needs a service ticket from the KDC: off the event loop
+        exchange = await asyncio.to_thread(client_exchange, config, listener, mechanism, None, host)
+    else:
+        exchange = client_exchange(config, listener, mechanism, token)
     handshake = await _call(reader, writer, 17, 1, 1, client_id, request_type(17, 1)(mechanism=mechanism))
     if int(handshake.error_code) != 0:
         raise ConnectionError(f"SaslHandshake {mechanism}: error {int(handshake.error_code)} "

@@ -10,7 +10,9 @@ The listener's keytab and principal come from its JAAS entry (``listener.name.<l
 ``com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="..."
 principal="kafka/host@REALM";``), whose first component must be ``sasl.kerberos.service.name``. Kerberos is
 MIT's, through the ``gssapi`` package (the ``kerberos`` extra), imported only where GSSAPI is enabled. Accepting a
-context reads the keytab and talks to no KDC."""
+context reads the keytab and talks to no KDC. Between brokers (:class:`ClientContext`), a broker logs in with the
+same keytab and principal and asks the KDC for a ticket of ``<service name>/<other broker's host>``; its tickets
+live in a memory cache of its own."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ QOP_AUTH = 1  # RFC 4752's "no security layer", the only one Kafka offers
 MAX_BUFFER = 65536  # Java's default javax.security.sasl.maxbuffer
 
 
-class GssapiFailure(Exception):
-    """The authentication failed; the message says why (for the log: the client gets Kafka's generic one)."""
+class GssapiFailure(ConnectionError):
+    """The authentication failed; the message says why (a server's client gets Kafka's generic message; a broker
+    logging in to another sees it as a refused connection)."""
 
 
 class NoMatchingRule(ValueError):
@@ -170,6 +173,46 @@ class ServerContext:
         except errors as exc:
             raise GssapiFailure(str(exc)) from None
         raise GssapiFailure("unexpected GSSAPI token after the authentication completed")
+
+
+class ClientContext:
+    """This broker authenticating to another with its keytab (the client side of RFC 4752): :meth:`first` is the
+    initial context token (made here, which asks the KDC for a service ticket: construct it off the event loop),
+    ``respond(server token)`` the next one, None when done. GssapiFailure."""
+
+    def __init__(self, principal: str, keytab: str, service: str, host: str, cache: str):
+        import gssapi
+
+        self._gssapi = gssapi
+        self.principal = principal
+        try:
+            credentials = gssapi.Credentials(name=gssapi.Name(principal, gssapi.NameType.kerberos_principal),
+                                             usage="initiate", store={"client_keytab": keytab, "ccache": cache})
+            target = gssapi.Name(f"{service}@{host}", gssapi.NameType.hostbased_service)
+            self._context = gssapi.SecurityContext(name=target, creds=credentials, usage="initiate")
+            self._first = self._context.step(None) or b""
+        except gssapi.exceptions.GSSError as exc:
+            raise GssapiFailure(f"no Kerberos ticket for {service}/{host} as {principal}: {exc}") from None
+        self._done = False
+
+    def first(self) -> bytes:
+        return self._first
+
+    def respond(self, token: bytes) -> bytes | None:
+        try:
+            if self._done:
+                if token:
+                    raise GssapiFailure("unexpected GSSAPI token after the authentication completed")
+                return None
+            if not self._context.complete:
+                return self._context.step(bytes(token)) or b""
+            offer = self._context.unwrap(bytes(token)).message  # the server's security layers and buffer
+            if len(offer) != 4 or not offer[0] & QOP_AUTH:
+                raise GssapiFailure(f"the server offers no authentication-only layer: {offer!r}")
+            self._done = True
+            return self._context.wrap(bytes([QOP_AUTH]) + offer[1:4] + self.principal.encode(), False).message
+        except self._gssapi.exceptions.GSSError as exc:
+            raise GssapiFailure(str(exc)) from None
 
 
 def jaas_identity(options: dict[str, str]) -> tuple[str, str]:

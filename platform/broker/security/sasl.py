@@ -1,6 +1,5 @@
 """SASL exchanges of one connection (server side) and of this broker's own connections to other brokers
-(client side): PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER, and GSSAPI on the server side only
-(:mod:`broker.security.kerberos`). SCRAM credentials come from an async lookup (ZooKeeper or a file, see
+(client side): PLAIN, SCRAM-SHA-256/512, OAUTHBEARER and GSSAPI (:mod:`broker.security.kerberos`). SCRAM credentials come from an async lookup (ZooKeeper or a file, see
 :mod:`broker.security.credentials`); PLAIN users from the listener's JAAS config; OAUTHBEARER tokens are checked
 by Kafka's unsecured JWS validator or, with ``sasl.server.callback.handler.class`` set to Kafka's
 ``OAuthBearerValidatorCallbackHandler``, against a JWKS (KIP-768; :mod:`broker.security.oauthbearer`).
@@ -310,14 +309,20 @@ class ClientExchange:
         return None
 
 
-def client_exchange(config, listener: str, mechanism: str, token: str | None = None) -> ClientExchange:
+def client_exchange(config, listener: str, mechanism: str, token: str | None = None,
+                    host: str = "localhost") -> "ClientExchange | kerberos.ClientContext":
     """``token``: OAUTHBEARER's access token from an OIDC login (:mod:`broker.security.oidc_login`); without one,
-    Kafka's unsecured login makes a token from the listener's OAuthBearerLoginModule options."""
+    Kafka's unsecured login makes a token from the listener's OAuthBearerLoginModule options. GSSAPI: a ticket for
+    ``<sasl.kerberos.service.name>/<host>`` is asked from the KDC here (call it off the event loop)."""
     text = jaas_config(config, listener, mechanism)
     if not text:
         raise ConnectionError(f"no sasl.jaas.config for {mechanism} on listener {listener} "
                               f"(listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config)")
     module = jaas.parse(text)[0]
+    if mechanism.upper() == "GSSAPI":
+        principal, keytab = kerberos.jaas_identity(dict(module.options))
+        service = config.mechanism_value(listener, "GSSAPI", "sasl.kerberos.service.name")
+        return kerberos.ClientContext(principal, keytab, service, host, f"MEMORY:logbus-broker-{id(config)}")
     if mechanism.upper() == "OAUTHBEARER":
         if token is None:
             try:
