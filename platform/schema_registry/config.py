@@ -19,6 +19,9 @@ KEYS = {
     "kafkastore.topic": "_schemas",
     "kafkastore.topic.replication.factor": "3",
     "kafkastore.timeout.ms": "500",
+    # logbus: the leader writes through a transactional producer of this id, so a newly elected leader fences an
+    # earlier one (a paused leader that resumes cannot write); empty: plain idempotent writes, as Confluent's
+    "kafkastore.transactional.id": "",
     "schema.compatibility.level": "BACKWARD",
     "host.name": "127.0.0.1",
     "mode": "READWRITE",

@@ -42,7 +42,8 @@ async def serve(config: RegistryConfig) -> None:
     readonly = config["mode"].upper() == "READONLY"
     store = KafkaStore(config["kafkastore.bootstrap.servers"], config["kafkastore.topic"],
                        int(config["kafkastore.timeout.ms"]), int(config["kafkastore.topic.replication.factor"]),
-                       create=not readonly, security=config.kafkastore_security.librdkafka())
+                       create=not readonly, security=config.kafkastore_security.librdkafka(),
+                       transactional_id=config["kafkastore.transactional.id"] or None)
     registry = Registry(store, config["schema.compatibility.level"], config["mode"])
     store.apply = registry.apply
     await store.start()

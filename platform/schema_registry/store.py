@@ -6,6 +6,13 @@ up to the end of the topic. A write produces one record (acks=all) and returns o
 applied it, so a registry always answers from what it has read back. Produce failures are STORE_ERROR (50001);
 no acknowledgement or no read-back within ``kafkastore.timeout.ms`` is STORE_TIMEOUT (50002). librdkafka keeps
 reconnecting, so the service recovers by itself when the brokers return.
+
+Fencing (``kafkastore.transactional.id``, logbus's): a leader writes each record in a transaction of that id.
+A newly elected leader first calls ``init_transactions``, which bumps the id's epoch: any earlier leader still
+holding the id (paused, cut off, not yet told it lost the election) is fenced, its open transaction is aborted,
+and its next write fails with STORE_ERROR instead of handing out an id the new leader also hands out. A fenced
+instance writes nothing more until it is elected again. Readers are read_committed (librdkafka's default), so
+an aborted record is never applied.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ log = logging.getLogger(__name__)
 
 class KafkaStore:
     def __init__(self, bootstrap: str, topic: str, timeout_ms: int, replication_factor: int, create: bool,
-                 security: dict | None = None):
+                 security: dict | None = None, transactional_id: str | None = None):
         self.bootstrap = bootstrap
         self.security = dict(security or {})  # librdkafka's security.protocol / sasl.* / ssl.* (kafkastore.*)
         self.topic = topic
@@ -50,6 +57,10 @@ class KafkaStore:
         self._threads: list[threading.Thread] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self.producer: Producer | None = None
+        self.transactional_id = transactional_id
+        self._txn: Producer | None = None  # the leader's transactional producer (fencing), once initialised
+        self._txn_lock: asyncio.Lock | None = None
+        self.fenced = False  # a newer leader took the transactional id: no writes until elected again
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     async def start(self, startup_timeout: float = 60.0) -> None:
@@ -133,9 +144,7 @@ class KafkaStore:
         try:
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)  # returns at the first record (consume(n) would wait for n of them)
-                if msg is not None:
-                    if msg.error():
-                        continue
+                if msg is not None and not msg.error():
                     try:
                         key = json.loads(msg.key())
                         value = json.loads(msg.value()) if msg.value() is not None else None
@@ -143,6 +152,12 @@ class KafkaStore:
                         key, value = {"_malformed": f"not JSON: {exc}"}, None
                     self._read_to = msg.offset()
                     self.loop.call_soon_threadsafe(self._on_record, msg.offset(), key, value)
+                elif msg is None:  # transaction markers and aborted records are skipped, not delivered: the
+                    # position past them still counts as read (a store's end offset can be a commit marker)
+                    position = consumer.position([TopicPartition(self.topic, 0)])[0].offset
+                    if position - 1 > self._read_to:
+                        self._read_to = position - 1
+                        self.loop.call_soon_threadsafe(self._on_record, position - 1, None, None)
         finally:
             consumer.close()
 
@@ -166,8 +181,12 @@ class KafkaStore:
 
     async def catch_up(self) -> None:
         """Apply ``_schemas`` up to its current end (a new leader does this before it allocates an id, so no id
-        that a previous leader handed out is given again). STORE_TIMEOUT when the end is not reached in time."""
+        that a previous leader handed out is given again). STORE_TIMEOUT when the end is not reached in time.
+        With fencing, the transactional id is taken first (earlier leaders fenced, their open transaction
+        aborted, so the end is stable)."""
         wait = max(self.timeout, 30.0)
+        if self.transactional_id:
+            await self._take_transactional_id(wait)
         try:
             end = await asyncio.to_thread(self._end_offset, wait)
             if end > 0:
@@ -196,7 +215,28 @@ class KafkaStore:
         while not self._stop.is_set():
             self.producer.poll(0.1)
 
+    async def _take_transactional_id(self, wait: float) -> None:
+        def init() -> Producer:
+            producer = Producer({**self._base(), "transactional.id": self.transactional_id, "acks": "all",
+                                 "linger.ms": 0, "transaction.timeout.ms": 60000,
+                                 "message.timeout.ms": max(int(self.timeout * 1000), 1000)})
+            producer.init_transactions(wait)
+            return producer
+
+        try:
+            producer = await asyncio.to_thread(init)
+        except KafkaException as exc:
+            raise RegistryError(STORE_TIMEOUT, f"The new leader could not take the store's transactional id: "
+                                               f"{exc.args[0].str()}") from None
+        old, self._txn, self.fenced = self._txn, producer, False
+        self._txn_lock = self._txn_lock or asyncio.Lock()
+        if old is not None:
+            await asyncio.to_thread(old.flush, 0)
+        log.info("took transactional id %s: earlier leaders are fenced", self.transactional_id)
+
     async def write(self, key: dict, value: dict | None) -> None:
+        if self.transactional_id:
+            return await self._write_fenced(key, value)
         delivered = self.loop.create_future()
 
         def on_delivery(err, msg):
@@ -219,3 +259,47 @@ class KafkaStore:
         except asyncio.TimeoutError:
             raise RegistryError(STORE_TIMEOUT, "The write was not read back from the Kafka store in time") \
                 from None
+
+    async def _write_fenced(self, key: dict, value: dict | None) -> None:
+        """One record in one transaction of the leader's transactional id (see the module docstring)."""
+        if self.fenced or self._txn is None:
+            raise RegistryError(STORE_ERROR, "Error while storing the schema: this instance is not the leader "
+                                             "(its transactional id was taken by a newer leader)")
+        producer, offsets = self._txn, []
+
+        def transaction() -> None:
+            producer.begin_transaction()
+            producer.produce(self.topic, json.dumps(value).encode() if value is not None else None,
+                             json.dumps(key).encode(), partition=0,
+                             on_delivery=lambda err, msg: offsets.append(msg.offset()) if err is None else None)
+            producer.commit_transaction(max(self.timeout, 10.0))
+
+        async with self._txn_lock:
+            try:
+                await asyncio.to_thread(transaction)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                                     KafkaError.INVALID_PRODUCER_EPOCH):
+                    self.fenced = True
+                    log.warning("store write refused: %s; this instance writes nothing more until elected again",
+                                error.str())
+                    raise RegistryError(STORE_ERROR, "Error while storing the schema: this instance is not the "
+                                                     f"leader any more ({error.str()})") from None
+                if error.txn_requires_abort():
+                    await asyncio.to_thread(self._abort, producer)
+                code = STORE_TIMEOUT if error.retriable() or error.code() == KafkaError._TIMED_OUT else STORE_ERROR
+                raise RegistryError(code, f"Error while storing the schema: {error.str()}") from None
+        if not offsets:
+            raise RegistryError(STORE_ERROR, "Error while storing the schema: the record was not delivered")
+        try:
+            await asyncio.wait_for(self._applied(offsets[0]), self.timeout)
+        except asyncio.TimeoutError:
+            raise RegistryError(STORE_TIMEOUT, "The write was not read back from the Kafka store in time") \
+                from None
+
+    def _abort(self, producer: Producer) -> None:
+        try:
+            producer.abort_transaction(max(self.timeout, 10.0))
+        except KafkaException as exc:
+            log.warning("aborting the store's transaction: %s", exc.args[0].str())
