@@ -97,7 +97,7 @@ def fresh_loopback(topo: dict) -> int:
     for dc, octet in (("live", 1), ("offline", 2)):
         topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus",
+                                                                    "airflow", "metrics", "prometheus", "alertmanager",
                                                                     "spark_master", "spark_master_webui",
                                                                     "spark_worker_webui", "postgres")}
     return net
@@ -170,6 +170,9 @@ def check_prometheus(url: str, jobs: set[str], timeout: float = 60) -> dict[str,
 
     wait_until(traffic, timeout, interval=2, what=f"traffic seen through Prometheus: {sums}")
     assert sums["registry_leaders"] == 1, sums
+    # and it sends its alerts to the topology's Alertmanager
+    managers = http.get(f"{url}/api/v1/alertmanagers", timeout=10).json()["data"]["activeAlertmanagers"]
+    assert [m["url"].split("/")[2].split(":")[1] for m in managers] and len(managers) == 1, managers
     return sums
 
 

@@ -64,6 +64,12 @@ def _prometheus(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _alertmanager(args: argparse.Namespace) -> int:
+    from logbus.alertmanager import run
+
+    return run(args)
+
+
 def _certs(args: argparse.Namespace) -> int:
     from logbus.certs import run
 
@@ -300,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--listen", default="127.0.0.1:9090", help="HOST:PORT of its web UI and API")
     prom.add_argument("--retention", default="2d", help="how long samples are kept (--storage.tsdb.retention.time)")
     prom.set_defaults(func=_prometheus)
+    alerts = verbs.add_parser("alertmanager", help="run Alertmanager (Debian's) with a logbus topology's configuration")
+    alerts.add_argument("--config", required=True, help="alertmanager.yml (written by logbus up / logbus compose)")
+    alerts.add_argument("--data-dir", required=True, help="its silences and notification log")
+    alerts.add_argument("--listen", default="127.0.0.1:9093", help="HOST:PORT of its web UI and API")
+    alerts.add_argument("--external-url", help="the URL operators reach it at (links in notifications)")
+    alerts.set_defaults(func=_alertmanager)
     lag = verbs.add_parser("lag-exporter", help="serve every consumer group's lag as Prometheus metrics")
     lag.add_argument("--bootstrap-server", required=True)
     lag.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*)")

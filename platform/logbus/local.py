@@ -503,8 +503,8 @@ def leftovers(state_dir: Path) -> list[int]:
     return out
 
 
-STOP_ORDER = ("frontend", "airflow", "spark-worker", "spark-master", "postgres", "prometheus", "lag", "audit",
-              "counter", "mirror", "registry", "broker", "zookeeper")
+STOP_ORDER = ("frontend", "airflow", "spark-worker", "spark-master", "postgres", "prometheus", "alertmanager", "lag",
+              "audit", "counter", "mirror", "registry", "broker", "zookeeper")
 
 
 def down(state_dir: str, timeout: float = 45) -> int:

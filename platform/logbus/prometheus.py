@@ -22,9 +22,9 @@ INTERVAL = "5s"
 
 
 def config(targets: dict[str, list[tuple[str, dict]]], rule_files: list[str], schemes: dict[str, dict] | None = None,
-           interval: str = INTERVAL) -> str:
+           interval: str = INTERVAL, alertmanagers: list[str] | None = None) -> str:
     """``targets``: job → [(host:port, labels)]; ``schemes``: job → extra scrape settings (``scheme``,
-    ``tls_config``)."""
+    ``tls_config``); ``alertmanagers``: host:port of the Alertmanagers that firing alerts are sent to."""
     jobs = []
     for job, items in targets.items():
         groups: dict[str, list[str]] = {}
@@ -34,8 +34,10 @@ def config(targets: dict[str, list[tuple[str, dict]]], rule_files: list[str], sc
                      "static_configs": [{"targets": sorted(addrs), "labels": json.loads(key)}
                                         for key, addrs in sorted(groups.items())]})
     timeout = "4s" if interval == INTERVAL else interval  # (at most the interval)
+    alerting = {"alerting": {"alertmanagers": [{"static_configs": [{"targets": sorted(alertmanagers)}]}]}} \
+        if alertmanagers else {}
     return json.dumps({"global": {"scrape_interval": interval, "evaluation_interval": interval,
-                                  "scrape_timeout": timeout},
+                                  "scrape_timeout": timeout}, **alerting,
                        "rule_files": rule_files, "scrape_configs": jobs}, indent=1) + "\n"
 
 

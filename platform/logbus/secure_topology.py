@@ -101,6 +101,7 @@ def acl_plan(topo: dict) -> dict[str, list[dict]]:
             allow(dc, "registry", ("All",), "topic", "_schemas")
             allow(dc, "registry", ("Read", "Describe"), "group", "schema-registry", "prefixed")
             allow(dc, "registry", ("IdempotentWrite",), "cluster", "kafka-cluster")
+            allow(dc, "registry", ("Write", "Describe"), "transactional_id", "schema-registry-leader")
         elif spec.get("registry"):
             allow(primary, f"registry-{dc}", ("Read", "Describe"), "topic", "_schemas")
             allow(primary, f"registry-{dc}", ("Read", "Describe"), "group", "schema-registry", "prefixed")

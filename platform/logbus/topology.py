@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logbus import prometheus
+from logbus import alertmanager, prometheus
 from logbus import secure_topology as secure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,12 +33,16 @@ THREE_DC = REPO / "topology" / "three-dc.json"  # two live datacenters mirrored 
 # the last octet of each role's address inside its datacenter's 127.0.x network (brokers are .1, .2, ...)
 # (an ensemble's ZooKeeper nodes are .10, .11, ...)
 OCTETS = {"zookeeper": 10, "registry": 20, "mirror": 30, "counter": 31, "lag": 32, "audit": 40, "airflow": 50,
-          "prometheus": 60, "frontend": 100, "postgres": 55, "spark-master": 70, "spark-worker": 70}
+          "prometheus": 60, "alertmanager": 61, "frontend": 100, "postgres": 55, "spark-master": 70, "spark-worker": 70}
 
 # a ZooKeeper ensemble's peer ports; each service's /metrics (a mirror per source: metrics + its index); Prometheus
 PORT_DEFAULTS = {"zookeeper_quorum": 2888, "zookeeper_election": 3888, "metrics": 9404, "prometheus": 9090,
+                 "alertmanager": 9093,
                  # the loads' engines (logbus.topology_engines): Spark's master RPC and the UIs, PostgreSQL
                  "spark_master": 7077, "spark_master_webui": 8085, "spark_worker_webui": 8086, "postgres": 5432}
+
+
+REGISTRY_TRANSACTIONAL_ID = "schema-registry-leader"
 
 
 class TopologyError(ValueError):
@@ -51,7 +55,7 @@ TOP_KEYS = frozenset({"name", "audit_window_ms", "audit_grace_ms", "audit_emit_i
                       "ports", "published", "datacenters", "security", "log_format"})
 DATACENTER_KEYS = frozenset({
     "network", "wan_network", "zookeeper", "brokers", "partitions", "broker_config",
-    "registry", "registry_instances", "counter", "frontends", "audit_service", "prometheus",
+    "registry", "registry_instances", "counter", "frontends", "audit_service", "prometheus", "alertmanager_webhooks",
     "mirror_from", "mirror_exactly_once", "mirror_transaction_interval_ms", "mirror_fetch_min_bytes",
     "mirror_fetch_wait_max_ms",
     "airflow", "airflow_database", "spark_workers", "spark_master", "spark_worker_cores", "spark_worker_memory"})
@@ -289,6 +293,9 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
             config = {"broker.id": i, **listeners, "log.dirs": n.data_dir(name), "zookeeper.connect": f"{zk}/{dc}",
                       "num.partitions": spec.get("partitions", 3),
                       "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
+                      # transactions (the exactly-once mirror, the registry leaders' fencing) on 2-broker clusters too
+                      "transaction.state.log.replication.factor": min(3, brokers),
+                      "transaction.state.log.min.isr": min(2, brokers),
                       "group.initial.rebalance.delay.ms": 0, "zookeeper.session.timeout.ms": 6000,
                       "metrics.listener": metrics_listener("broker", dc, host), **spec.get("broker_config", {})}
             out.append(Service(name, dc, "broker", host, ["broker", f"{n.config_dir(name)}/server.properties"],
@@ -308,6 +315,8 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                       "kafkastore.bootstrap.servers": bootstrap[store_dc],
                       "kafkastore.topic.replication.factor": min(3, int(dcs[store_dc].get("brokers", 1))),
                       "mode": "READWRITE" if role == "primary" else "READONLY", "host.name": host,
+                      # a newly elected leader fences the one before (a paused leader cannot write again)
+                      **({"kafkastore.transactional.id": REGISTRY_TRANSACTIONAL_ID} if role == "primary" else {}),
                       "metrics.listener": metrics_listener("registry", dc, host)}
             deps = [f"{store_dc}-broker{i}" for i in range(1, int(dcs[store_dc].get("brokers", 1)) + 1)]
             if role != "primary":
@@ -435,7 +444,9 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
                                url=f"http://{host}:{port}", published=n.published_list("airflow", dc, port)))
     for dc, spec in dcs.items():
         if spec.get("prometheus"):
-            out.append(_prometheus(n, dc, scrape, secrets, [s.name for s in out if s.kind == "broker"]))
+            manager = _alertmanager(n, dc, spec)
+            out.append(manager)
+            out.append(_prometheus(n, dc, scrape, secrets, [s.name for s in out if s.kind == "broker"], manager))
     if sec:
         out.append(_security_init(topo, n, secrets, out))
     log_format = topo.get("log_format")  # "json": every service logs one JSON object per line
@@ -451,21 +462,44 @@ def services(topo: dict, target: str = "local", state_dir: Path | None = None) -
     return out
 
 
-def _prometheus(n: _Names, dc: str, scrape: dict, secrets: str | None, brokers: list[str]) -> Service:
+def _alertmanager(n: _Names, dc: str, spec: dict) -> Service:
+    """Alertmanager beside Prometheus, receiving its alerts (logbus.alertmanager: grouping, the ``operators``
+    receiver with the datacenter's ``alertmanager_webhooks``)."""
+    name = f"{dc}-alertmanager"
+    host, port = n.host(dc, "alertmanager"), n.port("alertmanager", dc)
+    hooks = spec.get("alertmanager_webhooks", [])
+    if not isinstance(hooks, list) or not all(isinstance(h, str) and h.startswith(("http://", "https://"))
+                                              for h in hooks):
+        raise TopologyError(f"{dc}: alertmanager_webhooks must be a list of http(s) URLs, not {hooks!r}")
+    listen = f"{'0.0.0.0' if n.target == 'compose' else host}:{port}"
+    published = n.published_list("alertmanager", dc, port)
+    external = f"http://127.0.0.1:{n.published('alertmanager', dc)}" if published else f"http://{host}:{port}"
+    return Service(name, dc, "alertmanager", host, ["alertmanager", "--config",
+                                                    f"{n.config_dir(name)}/alertmanager.yml", "--data-dir",
+                                                    n.data_dir(name), "--listen", listen, "--external-url", external],
+                   files={"alertmanager.yml": alertmanager.config(hooks)}, health=("http", port, "/-/ready"),
+                   port=port, url=f"http://{host}:{port}", published=published)
+
+
+def _prometheus(n: _Names, dc: str, scrape: dict, secrets: str | None, brokers: list[str],
+                manager: Service) -> Service:
     """Prometheus scraping every service's /metrics (each target labelled with its datacenter), with logbus'
-    alert rules (config/prometheus/alerts.yml). The audit service's /metrics is served over its HTTPS in a
-    secure topology (checked against the topology's CA); the other /metrics endpoints are plain HTTP."""
+    alert rules (config/prometheus/alerts.yml), sending firing alerts to the datacenter's Alertmanager (scraped
+    too). The audit service's /metrics is served over its HTTPS in a secure topology (checked against the
+    topology's CA); the other /metrics endpoints are plain HTTP."""
     name = f"{dc}-prometheus"
     host, port = n.host(dc, "prometheus"), n.port("prometheus", dc)
     schemes = {"audit": {"scheme": "https", "tls_config": {"ca_file": f"{secrets}/ca.pem"}}} if secrets else {}
     schemes["loads"] = {"metrics_path": "/logbus-metrics/metrics"}  # the logbus_audit Airflow plugin
-    config = prometheus.config({**scrape, "prometheus": [(f"{host}:{port}", {"datacenter": dc})]},
-                               [f"{n.config_dir(name)}/alerts.yml"], schemes)
+    manager_address = f"{manager.host}:{manager.port}"
+    config = prometheus.config({**scrape, "prometheus": [(f"{host}:{port}", {"datacenter": dc})],
+                                "alertmanager": [(manager_address, {"datacenter": dc})]},
+                               [f"{n.config_dir(name)}/alerts.yml"], schemes, alertmanagers=[manager_address])
     listen = f"{'0.0.0.0' if n.target == 'compose' else host}:{port}"
     return Service(name, dc, "prometheus", host, ["prometheus", "--config", f"{n.config_dir(name)}/prometheus.yml",
                                                   "--data-dir", n.data_dir(name), "--listen", listen],
                    files={"prometheus.yml": config, "alerts.yml": prometheus.RULES.read_text()},
-                   depends_on=brokers, health=("http", port, "/-/ready"), port=port,
+                   depends_on=brokers + [manager.name], health=("http", port, "/-/ready"), port=port,
                    url=f"http://{host}:{port}", published=n.published_list("prometheus", dc, port))
 
 

@@ -207,10 +207,11 @@ def test_compose_up(tmp_path):
     topo = json.loads((REPO / "topology" / "default.json").read_text())
     topo.update(SMALL_WINDOWS)
     topo["load_schedule"] = "none"  # the test triggers the one run it checks (an @once run would come first)
-    base = free_block(12)
+    base = free_block(13)
     topo["published"] = {"live.broker": base, "offline.broker": base + 3, "live.registry": base + 6,
                          "offline.registry": base + 7, "offline.audit": base + 8, "offline.airflow": base + 9,
-                         "offline.prometheus": base + 10, "live.registry2": base + 11}
+                         "offline.prometheus": base + 10, "live.registry2": base + 11,
+                         "offline.alertmanager": base + 12}
     (tmp_path / "topology.json").write_text(json.dumps(topo))
     stack_dir = tmp_path / "stack"
     stack_dir.mkdir()
@@ -316,7 +317,7 @@ def test_compose_up(tmp_path):
         wait_recovered(audit, 0)
         # Prometheus (published on 127.0.0.1) scrapes every container's /metrics and sees the traffic
         check_prometheus(f"http://127.0.0.1:{base + 10}", {"broker", "mirror", "counter", "lag", "audit", "registry",
-                                                            "loads", "prometheus"})
+                                                            "loads", "prometheus", "alertmanager"})
 
         # the load DAG through Airflow's REST API, the report at every tier
         password_file = "/var/lib/logbus/offline-airflow/passwords.json"

@@ -93,7 +93,7 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
     for dc, octet in (("live-east", 1), ("offline", 2), ("live-west", 3)):
         topo["datacenters"][dc]["network"] = f"127.{net}.{octet}"
     topo["ports"] = {kind: free_port(f"127.{net}.1.1") for kind in ("zookeeper", "broker", "registry", "audit",
-                                                                    "airflow", "metrics", "prometheus",
+                                                                    "airflow", "metrics", "prometheus", "alertmanager",
                                                                     "spark_master", "spark_master_webui",
                                                                     "spark_worker_webui", "postgres")}
     topo["datacenters"]["offline"]["prometheus"] = False  # not what this test is about; one JVM-free service less

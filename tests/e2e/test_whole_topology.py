@@ -98,7 +98,8 @@ def test_topology(tmp_path, topology_dir):
         time.sleep(3 * WINDOW_MS / 1000)  # demo traffic for a few windows
         wait_recovered(audit, 0, clusters=clusters)
         check_prometheus(f"http://127.{net}.2.60:{topo['ports']['prometheus']}",
-                         {"broker", "mirror", "counter", "lag", "audit", "registry", "loads", "prometheus"})
+                         {"broker", "mirror", "counter", "lag", "audit", "registry", "loads", "prometheus",
+                          "alertmanager"})
 
         def numbers() -> dict:  # `logbus status --json`: the numbers per service, from Prometheus
             return {n: s["numbers"] or {} for n, s in statuses().items()}

@@ -58,7 +58,7 @@ KAFKA_PYTHON = textwrap.dedent("""
     bootstrap, topic, domain = sys.argv[1], sys.argv[2], sys.argv[3]
     conf = dict(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="GSSAPI",
                 sasl_kerberos_service_name="kafka", sasl_kerberos_domain_name=domain)
-    producer = KafkaProducer(**conf)
+    producer = KafkaProducer(**conf, bootstrap_timeout_ms=8000)  # a refused login fails in 8 s, not 30
     for i in range(10):
         producer.send(topic, f"m{i}".encode()).get(timeout=30)
     producer.close()

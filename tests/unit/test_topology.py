@@ -15,8 +15,8 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
     offline = {s.kind for s in svcs.values() if s.datacenter == "offline"}
     assert live == {"zookeeper", "broker", "registry", "counter", "frontend", "lag"}
     assert offline == {"zookeeper", "broker", "registry", "mirror", "counter", "audit", "airflow", "prometheus", "lag",
-                       "spark-master", "spark-worker", "postgres"}
-    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 29
+                       "spark-master", "spark-worker", "postgres", "alertmanager"}
+    assert sum(s.kind == "broker" for s in svcs.values()) == 6 and len(svcs) == 30
     # two writable registries in live elect their leader; every registry client is given both
     assert svcs["live-registry2"].host == "127.0.1.21" and "mode=READWRITE" in \
         svcs["live-registry2"].files["registry.properties"]
@@ -33,6 +33,10 @@ def test_default_topology_has_the_two_datacenters_of_the_issue():
         if s.kind in ("broker", "mirror", "counter", "lag"):
             assert f'"{s.host}:9404"' in scraped, s.name
     assert '"127.0.2.40:8090"' in scraped and "alerts.yml" in scraped
+    # its alerts go to the datacenter's Alertmanager (scraped too), which holds them for the operators' receiver
+    assert json.loads(scraped)["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.2.61:9093"]
+    assert '"127.0.2.61:9093"' in scraped and "offline-alertmanager" in svcs["offline-prometheus"].depends_on
+    assert json.loads(svcs["offline-alertmanager"].files["alertmanager.yml"])["route"]["receiver"] == "operators"
     assert svcs["live-broker1"].host == "127.0.1.1" and svcs["offline-broker3"].host == "127.0.2.3"
     assert "mode=READONLY" in svcs["offline-registry"].files["registry.properties"]
     mirror_consumer = svcs["offline-mirror-live"].files["consumer.properties"]
@@ -111,7 +115,7 @@ def test_checked_in_compose_files_match_the_topology():
                            "--topology topology/three-dc.json --output docker-compose.three-dc.yml --config-dir "
                            "docker/config-three-dc (then commit)")
     text, files = render(load())
-    assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 17
+    assert "offline-airflow:" in text and "127.0.0.1:8080:8080" in text and len(files) == 18
 
 
 def test_bad_topologies_are_refused(tmp_path):
@@ -141,7 +145,7 @@ def test_compose_publishes_every_host_port_once_and_brokers_have_an_external_lis
     assert published_twice(text) == []
     assert published_twice(text + '    ports: ["127.0.0.1:8081:8081"]\n') == ["127.0.0.1:8081"]
     ports = [line.strip() for line in text.splitlines() if line.strip().startswith("ports:")]
-    assert len(ports) == 12  # six brokers, three registries, the audit service, Airflow, Prometheus
+    assert len(ports) == 13  # six brokers, three registries, the audit service, Airflow, Prometheus, Alertmanager
     props = files["offline-broker2/server.properties"]
     assert "listeners=INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092\n" in props
     assert "advertised.listeners=INTERNAL://offline-broker2:9092,EXTERNAL://127.0.0.1:29093\n" in props
