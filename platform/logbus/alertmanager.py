@@ -15,10 +15,8 @@ else there follows from it). Alertmanager's own clustering (gossip on port 9094)
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sys
-from pathlib import Path
+
+from logbus import prometheus
 
 BINARY = "prometheus-alertmanager"
 
@@ -37,29 +35,12 @@ def config(webhooks: list[str] | None = None) -> str:
     }, indent=1) + "\n"
 
 
-def binary(name: str = BINARY) -> str:
-    found = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
-    if found is None:
-        raise FileNotFoundError(f"{name} not found: install Debian's prometheus-alertmanager package "
-                                "(bash scripts/setup)")
-    return found
+def binary() -> str:
+    return prometheus.binary(BINARY, "prometheus-alertmanager")
 
 
 def run(args) -> int:
-    try:
-        program = binary()
-    except FileNotFoundError as exc:
-        print(f"logbus: alertmanager: {exc}", file=sys.stderr)
-        return 2
-    if not Path(args.config).is_file():
-        print(f"logbus: alertmanager: no config file {args.config}", file=sys.stderr)
-        return 2
-    os.makedirs(args.data_dir, exist_ok=True)
-    argv = [program, f"--config.file={args.config}", f"--storage.path={args.data_dir}",
-            f"--web.listen-address={args.listen}", "--cluster.listen-address=", "--log.level=warn"]
+    flags = [f"--storage.path={args.data_dir}", f"--web.listen-address={args.listen}", "--cluster.listen-address="]
     if args.external_url:
-        argv.append(f"--web.external-url={args.external_url}")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(program, argv)  # Alertmanager is this process from here on
-    return 1  # not reached
+        flags.append(f"--web.external-url={args.external_url}")
+    return prometheus.exec_debian("alertmanager", BINARY, "prometheus-alertmanager", args.config, args.data_dir, flags)

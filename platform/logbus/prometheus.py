@@ -41,27 +41,32 @@ def config(targets: dict[str, list[tuple[str, dict]]], rule_files: list[str], sc
                        "rule_files": rule_files, "scrape_configs": jobs}, indent=1) + "\n"
 
 
-def binary(name: str = "prometheus") -> str:
+def binary(name: str = "prometheus", package: str = "prometheus") -> str:
     found = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
     if found is None:
-        raise FileNotFoundError(f"{name} not found: install Debian's prometheus package (bash scripts/setup)")
+        raise FileNotFoundError(f"{name} not found: install Debian's {package} package (bash scripts/setup)")
     return found
 
 
-def run(args) -> int:
+def exec_debian(verb: str, name: str, package: str, config: str, data_dir: str, flags: list[str]) -> int:
+    """Replace this process with Debian's ``name`` given ``config`` and ``flags`` (``logbus prometheus`` and
+    ``logbus alertmanager``); 2 with a one-line message when the binary or the config file is missing."""
     try:
-        program = binary()
+        program = binary(name, package)
     except FileNotFoundError as exc:
-        print(f"logbus: prometheus: {exc}", file=sys.stderr)
+        print(f"logbus: {verb}: {exc}", file=sys.stderr)
         return 2
-    if not Path(args.config).is_file():
-        print(f"logbus: prometheus: no config file {args.config}", file=sys.stderr)
+    if not Path(config).is_file():
+        print(f"logbus: {verb}: no config file {config}", file=sys.stderr)
         return 2
-    os.makedirs(args.data_dir, exist_ok=True)
-    argv = [program, f"--config.file={args.config}", f"--storage.tsdb.path={args.data_dir}",
-            f"--web.listen-address={args.listen}", f"--storage.tsdb.retention.time={args.retention}",
-            "--log.level=warn"]
+    os.makedirs(data_dir, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(program, argv)  # Prometheus is this process from here on
+    os.execv(program, [program, f"--config.file={config}", *flags, "--log.level=warn"])  # it is this process now
     return 1  # not reached
+
+
+def run(args) -> int:
+    return exec_debian("prometheus", "prometheus", "prometheus", args.config, args.data_dir,
+                       [f"--storage.tsdb.path={args.data_dir}", f"--web.listen-address={args.listen}",
+                        f"--storage.tsdb.retention.time={args.retention}"])
