@@ -254,6 +254,11 @@ class KafkaStore:
         if err is not None:
             code = STORE_TIMEOUT if err.code() == KafkaError._MSG_TIMED_OUT else STORE_ERROR
             raise RegistryError(code, f"Error while storing the schema: {err.str()}")
+        await self._read_back(offset)
+
+    async def _read_back(self, offset: int) -> None:
+        """A write returns once the reader applied it here (read-your-write); STORE_TIMEOUT after
+        ``kafkastore.timeout.ms``."""
         try:
             await asyncio.wait_for(self._applied(offset), self.timeout)
         except asyncio.TimeoutError:
@@ -292,11 +297,7 @@ class KafkaStore:
                 raise RegistryError(code, f"Error while storing the schema: {error.str()}") from None
         if not offsets:
             raise RegistryError(STORE_ERROR, "Error while storing the schema: the record was not delivered")
-        try:
-            await asyncio.wait_for(self._applied(offsets[0]), self.timeout)
-        except asyncio.TimeoutError:
-            raise RegistryError(STORE_TIMEOUT, "The write was not read back from the Kafka store in time") \
-                from None
+        await self._read_back(offsets[0])
 
     def _abort(self, producer: Producer) -> None:
         try:

@@ -123,9 +123,11 @@ class LeaderFetcher:
                 reader, writer = await open_broker_connection(self.broker.config, host, port,
                                                               self._client_id.decode())
         except (OSError, asyncio.TimeoutError) as exc:  # ConnectionError included: authentication refused
-            # a refused login (a plain ConnectionError) is told once while it stays the same; a peer away is not
-            refused = type(exc) is ConnectionError and str(exc) != self._login_refused
-            self._login_refused = str(exc) if type(exc) is ConnectionError else None
+            # a refused login (a ConnectionError of ours: no errno, unlike the OS's refused or reset connections)
+            # is told once while it stays the same; a peer away is not
+            login = isinstance(exc, ConnectionError) and exc.errno is None
+            refused = login and str(exc) != self._login_refused
+            self._login_refused = str(exc) if login else None
             (log.warning if refused else log.debug)("replica fetcher: cannot connect to broker %d: %s",
                                                     self.leader_id, exc)
             return False

@@ -1,13 +1,16 @@
 """SASL exchanges of one connection (server side) and of this broker's own connections to other brokers
-(client side): PLAIN, SCRAM-SHA-256/512, OAUTHBEARER and GSSAPI (:mod:`broker.security.kerberos`). SCRAM credentials come from an async lookup (ZooKeeper or a file, see
-:mod:`broker.security.credentials`); PLAIN users from the listener's JAAS config; OAUTHBEARER tokens are checked
-by Kafka's unsecured JWS validator or, with ``sasl.server.callback.handler.class`` set to Kafka's
-``OAuthBearerValidatorCallbackHandler``, against a JWKS (KIP-768; :mod:`broker.security.oauthbearer`).
+(client side): PLAIN, SCRAM-SHA-256/512, OAUTHBEARER and GSSAPI (:mod:`broker.security.kerberos`). SCRAM
+credentials come from an async lookup (ZooKeeper or a file, see :mod:`broker.security.credentials`); PLAIN users
+from the listener's JAAS config; OAUTHBEARER tokens are checked by Kafka's unsecured JWS validator or, with
+``sasl.server.callback.handler.class`` set to Kafka's ``OAuthBearerValidatorCallbackHandler``, against a JWKS
+(KIP-768; :mod:`broker.security.oauthbearer`).
 
 Sessions (KIP-368): :func:`finish` records a completed authentication on the connection's session, with the
 session's end: ``connections.max.reauth.ms`` and an OAUTHBEARER token's expiry, whichever comes first, as Kafka's
 ``SaslServerAuthenticator`` computes it. A re-authentication must keep the mechanism and the principal. No network
-I/O here (a JWKS is fetched by :class:`~broker.security.oauthbearer.JwksKeys`)."""
+I/O here (a JWKS is fetched by :class:`~broker.security.oauthbearer.JwksKeys`, an OIDC token by
+:mod:`broker.security.oidc_login`), except a GSSAPI :func:`client_exchange`, which asks the KDC for a ticket
+(:mod:`broker.network.connect` calls it in a thread)."""
 
 from __future__ import annotations
 
