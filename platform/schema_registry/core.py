@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import logging
 
-from schema_registry import avro_json
+from schema_registry import avro_json, json_diff, json_schema
 from schema_registry.canonical import identity
 from schema_registry.compatibility import (
     InvalidSchema,
@@ -31,6 +31,8 @@ SUBJECT_CONFIG_NOT_FOUND, SUBJECT_MODE_NOT_FOUND = 40408, 40409
 INVALID_SCHEMA, INVALID_VERSION, INVALID_LEVEL, INVALID_MODE, NOT_PERMITTED = 42201, 42202, 42203, 42204, 42205
 INCOMPATIBLE = 409
 STORE_ERROR, STORE_TIMEOUT, FORWARD_ERROR = 50001, 50002, 50003
+SCHEMA_TYPES = ("JSON", "AVRO")  # as GET /schemas/types lists them (Confluent's: JSON, PROTOBUF, AVRO)
+DIFFERENT_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 MODES = ("READWRITE", "READONLY")
 
@@ -224,16 +226,31 @@ class Registry:
                 out.append(stored.text)
         return out
 
+    def _named(self, references: list[dict]) -> dict[str, str]:
+        """A JSON schema's references by the name its ``$ref`` uses, with the references of those (by theirs)."""
+        out: dict[str, str] = {}
+        for ref in references or []:
+            try:
+                stored = self.schemas[self.version(ref["subject"], ref.get("version", -1)).schema_id]
+            except (KeyError, RegistryError):
+                raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref} not found") from None
+            out.update({k: v for k, v in self._named(stored.references).items() if k not in out})
+            out[str(ref.get("name"))] = stored.text
+        return out
+
     def parsed(self, stored: Stored):
+        if stored.schema_type == "JSON":
+            return json_schema.parse(stored.text, self._named(stored.references))
         return parse(stored.text, self._resolve(stored.references))
 
-    def parsed_previous(self, versions: list[Version]) -> list:
+    def parsed_previous(self, versions: list[Version]) -> list[tuple[Version, Stored, object]]:
         """The parsed schemas of ``versions``, leaving out (with a warning) any stored schema that no longer
         parses under the current rules, as Confluent skips previous schemas it cannot parse."""
         out = []
         for v in versions:
             try:
-                out.append(self.parsed(self.schemas[v.schema_id]))
+                stored = self.schemas[v.schema_id]
+                out.append((v, stored, self.parsed(stored)))
             except (InvalidSchema, RegistryError) as exc:
                 log.warning("compatibility: skipping schema id %s (version %s) that does not parse: %s",
                             v.schema_id, v.version, exc)
@@ -243,6 +260,9 @@ class Registry:
         cached = self._identities.get(stored.schema_id)
         if cached is not None:
             return cached
+        if stored.schema_type != "AVRO":
+            self._identities[stored.schema_id] = key = self._json_identity(stored.text)
+            return key
         try:
             refs = self._resolve(stored.references)
         except RegistryError:
@@ -250,13 +270,52 @@ class Registry:
         self._identities[stored.schema_id] = key = identity(stored.text, refs)
         return key
 
-    def same(self, stored: Stored, key: str, references: list[dict]) -> bool:
-        return stored.references == (references or []) and self.identity_of(stored) == key
+    @staticmethod
+    def _json_identity(text: str) -> str:
+        """Confluent's canonical string of a JSON schema: the document written compactly, key order kept."""
+        try:
+            return json_schema.dumps(json_schema.loads(text))
+        except InvalidSchema:
+            return text
+
+    def key_of(self, text: str, schema_type: str, references: list[dict]) -> str:
+        if schema_type != "AVRO":
+            return self._json_identity(text)
+        return identity(text, self._resolve(references))
+
+    def same(self, stored: Stored, key: str, references: list[dict], schema_type: str = "AVRO") -> bool:
+        return (stored.schema_type == schema_type and stored.references == (references or [])
+                and self.identity_of(stored) == key)
+
+    @staticmethod
+    def schema_type(schema_type: str | None) -> str:
+        """The request's ``schemaType`` (AVRO when absent); 42201 for one this registry does not handle."""
+        kind = (schema_type or "AVRO").upper() if isinstance(schema_type, str) or schema_type is None else None
+        if kind not in SCHEMA_TYPES:
+            raise RegistryError(INVALID_SCHEMA, f"Invalid schema type {schema_type}: this registry handles "
+                                f"{' and '.join(SCHEMA_TYPES)}")
+        return kind
+
+    def incompatibilities(self, kind: str, new, previous: list, level: str) -> list[str]:
+        """Why ``new`` (of schema type ``kind``) cannot follow ``previous`` (parsed_previous's triples) under
+        ``level``; a previous schema of another type is Confluent's "different schema type"."""
+        if level.upper() == "NONE" or not previous:
+            return []
+        against = previous if level.upper().endswith("_TRANSITIVE") else previous[-1:]
+        if any(stored.schema_type != kind for _, stored, _ in against):
+            return [DIFFERENT_TYPE]
+        if kind == "JSON":
+            return json_diff.incompatibilities(new, [(v.version, s.text, p) for v, s, p in against], level)
+        return incompatibilities(new, [p for _, _, p in against], level)
 
     def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
-        if (schema_type or "AVRO").upper() != "AVRO":
-            raise RegistryError(INVALID_SCHEMA, f"Invalid schema: schema type {schema_type} is not supported "
-                                "(this registry handles AVRO)")
+        """The text to store and the parsed schema; 42201 for a schema that does not parse."""
+        if self.schema_type(schema_type) == "JSON":
+            try:
+                node = json_schema.parse(text, self._named(references))
+                return json_schema.stored_text(text, normalize), node
+            except InvalidSchema as exc:
+                raise RegistryError(INVALID_SCHEMA, str(exc)) from None
         try:
             referenced = self._resolve(references)
             schema = parse(canonical(text), referenced)  # validated first: non-JSON and bad schemas are 42201
@@ -274,17 +333,19 @@ class Registry:
         normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
         versions = self.versions(subject, deleted=deleted)
-        text, _ = self.prepare(text, schema_type, references, normalize)
-        key = identity(text, self._resolve(references))
+        kind = self.schema_type(schema_type)
+        text, _ = self.prepare(text, kind, references, normalize)
+        key = self.key_of(text, kind, references)
         for v in reversed(versions):
             stored = self.schemas[v.schema_id]
-            if self.same(stored, key, references):
+            if self.same(stored, key, references, kind):
                 return v, stored
         raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
 
     def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
               version: str | int | None, normalize: bool = False) -> list[str]:
-        _, new = self.prepare(text, schema_type, references, normalize or self.normalizing(subject))
+        kind = self.schema_type(schema_type)
+        _, new = self.prepare(text, kind, references, normalize or self.normalizing(subject))
         if version is None:
             try:
                 existing = self.versions(subject)
@@ -303,7 +364,7 @@ class Registry:
                     return []
                 raise RegistryError(VERSION_NOT_FOUND, f"Version {self.parse_version(version)} not found.") from None
             level = self.level(subject).replace("_TRANSITIVE", "")
-        return incompatibilities(new, self.parsed_previous(existing), level)
+        return self.incompatibilities(kind, new, self.parsed_previous(existing), level)
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     def _writable(self, subject: str | None) -> None:
@@ -319,21 +380,24 @@ class Registry:
         references = normalized_references(references) if normalize else references
         async with self._lock:
             await self._ready()
-            text, new = self.prepare(text, schema_type, references, normalize)
+            kind = self.schema_type(schema_type)
+            text, new = self.prepare(text, kind, references, normalize)
             existing = self.subjects.get(subject, {})
             live = [v for _, v in sorted(existing.items()) if not v.deleted]
-            key = identity(text, self._resolve(references))
+            key = self.key_of(text, kind, references)
             for v in live:
-                if self.same(self.schemas[v.schema_id], key, references):
+                if self.same(self.schemas[v.schema_id], key, references, kind):
                     return v.schema_id  # already registered: same id, no new version
-            problems = incompatibilities(new, self.parsed_previous(live), self.level(subject))
+            problems = self.incompatibilities(kind, new, self.parsed_previous(live), self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
                                     "schema for subject \"" + subject + "\", details: " + json.dumps(problems))
-            sid = next((s.schema_id for s in self.schemas.values() if self.same(s, key, references)),
+            sid = next((s.schema_id for s in self.schemas.values() if self.same(s, key, references, kind)),
                        self.max_id + 1)
             version = max(existing, default=0) + 1
             value = {"subject": subject, "version": version, "id": sid, "schema": text, "deleted": False}
+            if kind != "AVRO":
+                value["schemaType"] = kind
             if references:
                 value["references"] = references
             await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1},
@@ -373,6 +437,8 @@ class Registry:
                 stored = self.schemas[v.schema_id]
                 value = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": stored.text,
                          "deleted": True}
+                if stored.schema_type != "AVRO":
+                    value["schemaType"] = stored.schema_type
                 if stored.references:
                     value["references"] = stored.references
                 await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": v.version,

@@ -6,6 +6,7 @@ import json
 
 from fastapi import APIRouter
 
+from schema_registry.core import SCHEMA_TYPES
 from schema_registry.routes.common import RegistryDep, answer, truthy, version_body
 
 router = APIRouter()
@@ -27,7 +28,7 @@ async def schemas(registry: RegistryDep, subjectPrefix: str = "",  # noqa: N803 
 
 @router.get("/schemas/types")
 async def types():
-    return answer(["AVRO"])
+    return answer(list(SCHEMA_TYPES))
 
 
 @router.get("/schemas/ids/{schema_id}")
