@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import logging
 
-from schema_registry import avro_json, json_diff, json_schema
+from schema_registry import avro_json, levels
 from schema_registry.canonical import identity
+from schema_registry.schema_kinds import KINDS
 from schema_registry.compatibility import (
     InvalidSchema,
     canonical,
@@ -31,7 +32,7 @@ SUBJECT_CONFIG_NOT_FOUND, SUBJECT_MODE_NOT_FOUND = 40408, 40409
 INVALID_SCHEMA, INVALID_VERSION, INVALID_LEVEL, INVALID_MODE, NOT_PERMITTED = 42201, 42202, 42203, 42204, 42205
 INCOMPATIBLE = 409
 STORE_ERROR, STORE_TIMEOUT, FORWARD_ERROR = 50001, 50002, 50003
-SCHEMA_TYPES = ("JSON", "AVRO")  # as GET /schemas/types lists them (Confluent's: JSON, PROTOBUF, AVRO)
+SCHEMA_TYPES = ("JSON", "PROTOBUF", "AVRO")  # as GET /schemas/types lists them (Confluent's order)
 DIFFERENT_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 MODES = ("READWRITE", "READONLY")
@@ -84,6 +85,7 @@ class Registry:
         self.max_id = 0
         self._lock = asyncio.Lock()
         self._identities: dict[int, str] = {}  # schema id -> canonical string (a stored id's text never changes)
+        self._parsed: dict[int, object] = {}  # schema id -> a JSON or Protobuf schema parsed (protoc is not free)
         self._caught_up: asyncio.Future | None = None  # a new leader's reading of the store to its end
         self.election = None  # schema_registry.election.LeaderElection of a writable instance (set by the service)
 
@@ -227,7 +229,8 @@ class Registry:
         return out
 
     def _named(self, references: list[dict]) -> dict[str, str]:
-        """A JSON schema's references by the name its ``$ref`` uses, with the references of those (by theirs)."""
+        """A JSON or Protobuf schema's references by the name its ``$ref`` or ``import`` uses, with the references
+        of those (by theirs)."""
         out: dict[str, str] = {}
         for ref in references or []:
             try:
@@ -238,10 +241,30 @@ class Registry:
             out[str(ref.get("name"))] = stored.text
         return out
 
+    def _versions(self, references: list[dict]) -> dict[str, tuple[str, int]]:
+        """(subject, version) of each reference by its name (``latest`` resolved)."""
+        return {str(r.get("name")): (r.get("subject"), self.version(r["subject"], r.get("version", -1)).version)
+                for r in references or []}
+
     def parsed(self, stored: Stored):
-        if stored.schema_type == "JSON":
-            return json_schema.parse(stored.text, self._named(stored.references))
-        return parse(stored.text, self._resolve(stored.references))
+        if stored.schema_type == "AVRO":
+            return parse(stored.text, self._resolve(stored.references))
+        found = self._parsed.get(stored.schema_id)
+        if found is None:
+            kind = KINDS[stored.schema_type]
+            found = kind.parse_stored(stored.text, self._named(stored.references), self._versions(stored.references))
+            self._parsed[stored.schema_id] = found
+        return found
+
+    def serialized(self, stored: Stored, fmt: str | None) -> str:
+        """The schema text a ``format`` asks for: ``serialized`` is a Protobuf schema's base64 descriptor (what
+        confluent-kafka's ProtobufDeserializer fetches); any other format, or type, the stored text."""
+        if fmt == "serialized" and stored.schema_type == "PROTOBUF":
+            try:
+                return KINDS["PROTOBUF"].serialized(self.parsed(stored))
+            except InvalidSchema as exc:
+                raise RegistryError(INVALID_SCHEMA, str(exc)) from None
+        return stored.text
 
     def parsed_previous(self, versions: list[Version]) -> list[tuple[Version, Stored, object]]:
         """The parsed schemas of ``versions``, leaving out (with a warning) any stored schema that no longer
@@ -261,7 +284,7 @@ class Registry:
         if cached is not None:
             return cached
         if stored.schema_type != "AVRO":
-            self._identities[stored.schema_id] = key = self._json_identity(stored.text)
+            self._identities[stored.schema_id] = key = KINDS[stored.schema_type].identity(stored.text)
             return key
         try:
             refs = self._resolve(stored.references)
@@ -270,17 +293,9 @@ class Registry:
         self._identities[stored.schema_id] = key = identity(stored.text, refs)
         return key
 
-    @staticmethod
-    def _json_identity(text: str) -> str:
-        """Confluent's canonical string of a JSON schema: the document written compactly, key order kept."""
-        try:
-            return json_schema.dumps(json_schema.loads(text))
-        except InvalidSchema:
-            return text
-
     def key_of(self, text: str, schema_type: str, references: list[dict]) -> str:
         if schema_type != "AVRO":
-            return self._json_identity(text)
+            return KINDS[schema_type].identity(text)
         return identity(text, self._resolve(references))
 
     def same(self, stored: Stored, key: str, references: list[dict], schema_type: str = "AVRO") -> bool:
@@ -293,7 +308,7 @@ class Registry:
         kind = (schema_type or "AVRO").upper() if isinstance(schema_type, str) or schema_type is None else None
         if kind not in SCHEMA_TYPES:
             raise RegistryError(INVALID_SCHEMA, f"Invalid schema type {schema_type}: this registry handles "
-                                f"{' and '.join(SCHEMA_TYPES)}")
+                                f"{', '.join(SCHEMA_TYPES)}")
         return kind
 
     def incompatibilities(self, kind: str, new, previous: list, level: str) -> list[str]:
@@ -304,16 +319,17 @@ class Registry:
         against = previous if level.upper().endswith("_TRANSITIVE") else previous[-1:]
         if any(stored.schema_type != kind for _, stored, _ in against):
             return [DIFFERENT_TYPE]
-        if kind == "JSON":
-            return json_diff.incompatibilities(new, [(v.version, s.text, p) for v, s, p in against], level)
+        if kind != "AVRO":
+            return levels.incompatibilities(new, [(v.version, s.text, p) for v, s, p in against], level,
+                                            KINDS[kind].incompatible)
         return incompatibilities(new, [p for _, _, p in against], level)
 
     def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
         """The text to store and the parsed schema; 42201 for a schema that does not parse."""
-        if self.schema_type(schema_type) == "JSON":
+        kind = self.schema_type(schema_type)
+        if kind != "AVRO":
             try:
-                node = json_schema.parse(text, self._named(references))
-                return json_schema.stored_text(text, normalize), node
+                return KINDS[kind].prepare(text, self._named(references), self._versions(references), normalize)
             except InvalidSchema as exc:
                 raise RegistryError(INVALID_SCHEMA, str(exc)) from None
         try:

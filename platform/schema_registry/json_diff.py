@@ -552,30 +552,3 @@ def _item_added(ctx: Context, new: Node, original: Node) -> None:
 _HANDLERS = {"string": _string, "number": _number, "enum": _enum, "const": _const, "not": _not,
              "combined": _combined, "object": _object, "array": _array}
 
-
-def incompatibilities(new: Node, previous: list[tuple[int, str, Node]], level: str) -> list[str]:
-    """Confluent's messages for registering ``new`` under ``level`` after ``previous`` (version, stored text,
-    node; oldest first): the newest previous schema first, the first one that fails gives the answer; each
-    failure ends with the old schema's version and text, as Confluent's SchemaValidatorBuilder writes them."""
-    level = level.upper()
-    if level == "NONE" or not previous:
-        return []
-    against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
-    for version, text, old in reversed(against):
-        appendix = [f"{{oldSchemaVersion: {version}}}", f"{{oldSchema: '{text}'}}"]
-        if level.startswith("BACKWARD"):
-            reads = _roles(incompatible(old, new), "new", "old")
-            out = reads + appendix if reads else []
-        elif level.startswith("FORWARD"):
-            read = _roles(incompatible(new, old), "old", "new")
-            out = read + appendix if read else []
-        else:  # FULL: the appendix only after the second half, as Confluent's mutualReadStrategy
-            reads = _roles(incompatible(old, new), "new", "old")
-            out = _roles(incompatible(new, old), "old", "new") + (reads + appendix if reads else [])
-        if out:
-            return out
-    return []
-
-
-def _roles(messages: list[str], reader: str, writer: str) -> list[str]:
-    return [m.replace("%s", reader, 1).replace("%s", writer, 1) for m in messages]

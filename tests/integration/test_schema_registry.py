@@ -43,7 +43,7 @@ def expect_error(result, code: int) -> None:
 def test_every_endpoint_and_error_code(broker, registry):
     u = registry(broker.bootstrap).url
     assert call("GET", u + "/") == (200, {})
-    assert call("GET", u + "/schemas/types") == (200, ["JSON", "AVRO"])
+    assert call("GET", u + "/schemas/types") == (200, ["JSON", "PROTOBUF", "AVRO"])
     for ct in (CT, "application/vnd.schemaregistry+json", "application/json"):
         assert call("POST", u + "/subjects/pv-value/versions", {"schema": V1}, ct) == (200, {"id": 1})
     r = requests.get(u + "/subjects/pv-value/versions", timeout=10)

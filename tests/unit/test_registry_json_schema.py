@@ -4,14 +4,14 @@ store: register, look up, levels and messages, mixed schema types."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
+from registry_memory import memory_registry, run
 
 from schema_registry import json_diff, json_schema
 from schema_registry.compatibility import InvalidSchema
-from schema_registry.core import INCOMPATIBLE, INVALID_SCHEMA, Registry, RegistryError
+from schema_registry.core import INCOMPATIBLE, INVALID_SCHEMA, RegistryError
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -155,32 +155,8 @@ def test_the_stored_text_is_jacksons_compact_form():
 
 
 # ---- the registry's domain over an in-memory store ----------------------------------------------------------
-class MemoryStore:
-    """A fake of schema_registry.store: every write is applied at once, as the reader would apply it."""
-
-    def __init__(self):
-        self.registry: Registry | None = None
-
-    async def write(self, key: dict, value: dict | None) -> None:
-        self.registry.apply(key, value)
-
-    async def catch_up(self) -> None:
-        return None
-
-
-def make_registry(level: str = "BACKWARD") -> Registry:
-    store = MemoryStore()
-    registry = Registry(store, level, "READWRITE")
-    store.registry = registry
-    return registry
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
 def test_register_look_up_and_compatibility_in_the_registry():
-    r = make_registry()
+    r = memory_registry()
     v1 = json.dumps(obj({"a": S}, additionalProperties=False))
     sid = run(r.register("t-value", v1, "JSON", [], False))
     stored = r.schema(sid)
@@ -221,7 +197,7 @@ def test_register_look_up_and_compatibility_in_the_registry():
 
 
 def test_invalid_json_schemas_and_unknown_types_are_42201():
-    r = make_registry()
+    r = memory_registry()
     for text, kind in (('{"type": "nope"}', "JSON"), ("{}", "PROTOBUF"), ("{}", "XML")):
         with pytest.raises(RegistryError) as err:
             run(r.register("bad", text, kind, [], False))
@@ -230,7 +206,7 @@ def test_invalid_json_schemas_and_unknown_types_are_42201():
 
 
 def test_references_between_json_subjects():
-    r = make_registry()
+    r = memory_registry()
     run(r.register("address", json.dumps(obj({"street": S})), "JSON", [], False))
     ref = [{"name": "address.json", "subject": "address", "version": 1}]
     person = json.dumps(obj({"home": {"$ref": "address.json"}}))

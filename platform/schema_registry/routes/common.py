@@ -24,6 +24,13 @@ def error(code: int, message: str, status: int | None = None) -> Response:
     return answer({"error_code": code, "message": message}, status)
 
 
+def raw(stored) -> Response:
+    """A schema alone (``.../schema`` routes): the document itself for Avro and JSON, the text for Protobuf."""
+    if stored.schema_type == "PROTOBUF":
+        return Response(stored.text, media_type=CONTENT_TYPE)
+    return answer(json.loads(stored.text))
+
+
 def truthy(value: str | None) -> bool:
     return (value or "").lower() == "true"
 
@@ -74,9 +81,9 @@ def schema_fields(data: dict) -> tuple[str, str | None, list[dict]]:
     return text, data.get("schemaType"), references
 
 
-def version_body(registry: Registry, subject: str, v: Version) -> dict:
+def version_body(registry: Registry, subject: str, v: Version, fmt: str | None = None) -> dict:
     stored = registry.schema(v.schema_id)
-    out = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": stored.text}
+    out = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": registry.serialized(stored, fmt)}
     if stored.schema_type != "AVRO":
         out["schemaType"] = stored.schema_type
     if stored.references:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter
 
 from schema_registry.core import SCHEMA_TYPES
-from schema_registry.routes.common import RegistryDep, answer, truthy, version_body
+from schema_registry.routes.common import RegistryDep, answer, raw, truthy, version_body
 
 router = APIRouter()
 
@@ -32,9 +30,10 @@ async def types():
 
 
 @router.get("/schemas/ids/{schema_id}")
-async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None):
+async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None,
+                       format: str | None = None):  # noqa: A002 (Confluent's name)
     stored = registry.schema(schema_id)
-    out = {"schema": stored.text}
+    out = {"schema": registry.serialized(stored, format)}
     if stored.schema_type != "AVRO":
         out["schemaType"] = stored.schema_type
     if stored.references:
@@ -44,7 +43,7 @@ async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | Non
 
 @router.get("/schemas/ids/{schema_id}/schema")
 async def raw_schema_by_id(schema_id: int, registry: RegistryDep):
-    return answer(json.loads(registry.schema(schema_id).text))
+    return raw(registry.schema(schema_id))
 
 
 @router.get("/schemas/ids/{schema_id}/subjects")

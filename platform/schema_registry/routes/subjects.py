@@ -3,11 +3,9 @@ come before ``/subjects/{subject:path}`` so that a subject holding ``/`` (``%2F`
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request
 
-from schema_registry.routes.common import RegistryDep, answer, body, schema_fields, truthy, version_body
+from schema_registry.routes.common import RegistryDep, answer, body, raw, schema_fields, truthy, version_body
 
 router = APIRouter()
 
@@ -29,13 +27,14 @@ async def register(subject: str, request: Request, registry: RegistryDep, normal
 
 
 @router.get("/subjects/{subject:path}/versions/{version}")
-async def get_version(subject: str, version: str, registry: RegistryDep, deleted: str | None = None):
-    return answer(version_body(registry, subject, registry.version(subject, version, truthy(deleted))))
+async def get_version(subject: str, version: str, registry: RegistryDep, deleted: str | None = None,
+                      format: str | None = None):  # noqa: A002 (Confluent's name)
+    return answer(version_body(registry, subject, registry.version(subject, version, truthy(deleted)), format))
 
 
 @router.get("/subjects/{subject:path}/versions/{version}/schema")
 async def get_version_schema(subject: str, version: str, registry: RegistryDep):
-    return answer(json.loads(registry.schema(registry.version(subject, version).schema_id).text))
+    return raw(registry.schema(registry.version(subject, version).schema_id))
 
 
 @router.get("/subjects/{subject:path}/versions/{version}/referencedby")

@@ -1,0 +1,70 @@
+"""The registry's non-Avro schema types, one handler each with the same five operations, so that the registry's
+domain (core.py) treats them alike: JSON Schema (:mod:`json_schema`, :mod:`json_diff`) and Protobuf
+(:mod:`protobuf_schema`, :mod:`protobuf_diff`). Avro keeps its own path in core.py. No network I/O (Protobuf text
+is compiled by a protoc child process).
+
+Each handler gets a schema's references as ``named`` (import or ``$ref`` name -> the referenced schema's stored
+text, references of references included) and ``versions`` (name -> (subject, version)).
+"""
+
+from __future__ import annotations
+
+from schema_registry import json_diff, json_schema, protobuf_diff, protobuf_schema
+from schema_registry.compatibility import InvalidSchema
+
+
+class JsonKind:
+    name = "JSON"
+
+    def prepare(self, text: str, named: dict, versions: dict, normalize: bool):
+        """(stored text, parsed) of a schema sent; InvalidSchema if it is none."""
+        return json_schema.stored_text(text, normalize), json_schema.parse(text, named)
+
+    def parse_stored(self, text: str, named: dict, versions: dict):
+        return json_schema.parse(text, named)
+
+    def identity(self, text: str) -> str:
+        """Confluent's canonical string: the document written compactly, key order kept."""
+        try:
+            return json_schema.dumps(json_schema.loads(text))
+        except InvalidSchema:
+            return text
+
+    def incompatible(self, original, update) -> list[str]:
+        return json_diff.incompatible(original, update)
+
+    def serialized(self, parsed) -> str | None:
+        return None
+
+
+class ProtobufKind:
+    name = "PROTOBUF"
+
+    def _side(self, text: str, named: dict, versions: dict) -> protobuf_diff.Side:
+        fd, dependencies = protobuf_schema.parse(text, named)
+        return protobuf_diff.Side(fd, dependencies, versions)
+
+    def prepare(self, text: str, named: dict, versions: dict, normalize: bool):
+        """The descriptor written as Confluent writes one; the written text is compiled once more, so what is
+        stored is text protoc takes back (a base64 descriptor that is no valid schema is refused here)."""
+        side = self._side(text, named, versions)
+        stored = protobuf_schema.render(side.fd, normalize)
+        again = self._side(stored, named, versions)
+        if protobuf_schema.render(again.fd, normalize) != stored:
+            raise InvalidSchema("Invalid schema: the descriptor does not survive being written as text")
+        return stored, again
+
+    def parse_stored(self, text: str, named: dict, versions: dict):
+        return self._side(text, named, versions)
+
+    def identity(self, text: str) -> str:
+        return text  # the stored text is already the canonical one
+
+    def incompatible(self, original, update) -> list[str]:
+        return protobuf_diff.incompatible(original, update)
+
+    def serialized(self, parsed) -> str | None:
+        return protobuf_schema.serialized(parsed.fd)
+
+
+KINDS = {kind.name: kind for kind in (JsonKind(), ProtobufKind())}
