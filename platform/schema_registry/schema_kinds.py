@@ -1,6 +1,6 @@
 """The registry's non-Avro schema types, one handler each with the same five operations, so that the registry's
 domain (core.py) treats them alike: JSON Schema (:mod:`json_schema`, :mod:`json_diff`) and Protobuf
-(:mod:`protobuf_schema`, :mod:`protobuf_diff`). Avro keeps its own path in core.py. No network I/O (Protobuf text
+(:mod:`protobuf_schema`, :mod:`protobuf_text`, :mod:`protobuf_diff`). Avro keeps its own path in core.py. No network I/O (Protobuf text
 is compiled by a protoc child process).
 
 Each handler gets a schema's references as ``named`` (import or ``$ref`` name -> the referenced schema's stored
@@ -9,7 +9,7 @@ text, references of references included) and ``versions`` (name -> (subject, ver
 
 from __future__ import annotations
 
-from schema_registry import json_diff, json_schema, protobuf_diff, protobuf_schema
+from schema_registry import json_diff, json_schema, protobuf_diff, protobuf_schema, protobuf_text
 from schema_registry.compatibility import InvalidSchema
 
 
@@ -48,9 +48,9 @@ class ProtobufKind:
         """The descriptor written as Confluent writes one; the written text is compiled once more, so what is
         stored is text protoc takes back (a base64 descriptor that is no valid schema is refused here)."""
         side = self._side(text, named, versions)
-        stored = protobuf_schema.render(side.fd, normalize)
+        stored = protobuf_text.render(side.fd, normalize, side.dependencies)
         again = self._side(stored, named, versions)
-        if protobuf_schema.render(again.fd, normalize) != stored:
+        if protobuf_text.render(again.fd, normalize, again.dependencies) != stored:
             raise InvalidSchema("Invalid schema: the descriptor does not survive being written as text")
         return stored, again
 

@@ -9,7 +9,7 @@ import pytest
 from registry_memory import memory_registry, run
 from google.protobuf import descriptor_pb2
 
-from schema_registry import protobuf_diff, protobuf_schema
+from schema_registry import protobuf_diff, protobuf_schema, protobuf_text
 from schema_registry.compatibility import InvalidSchema
 from schema_registry.core import INCOMPATIBLE, INVALID_SCHEMA, RegistryError
 
@@ -35,7 +35,7 @@ def test_text_and_base64_descriptor_are_one_stored_text():
             "  enum State { NEW = 0; PAID = 1; }\n  State state = 8;\n}\n")
     fd, deps = protobuf_schema.parse(text, {})
     assert "google/protobuf/timestamp.proto" in deps
-    stored = protobuf_schema.render(fd)
+    stored = protobuf_text.render(fd)
     assert stored == (
         'syntax = "proto3";\npackage shop;\n\nimport "google/protobuf/timestamp.proto";\n\n'
         'option java_package = "com.shop";\n\nmessage Order {\n  reserved 9;\n\n  string id = 1;\n'
@@ -43,18 +43,33 @@ def test_text_and_base64_descriptor_are_one_stored_text():
         "  repeated int32 codes = 7 [packed = false];\n  .shop.Order.State state = 8;\n\n  oneof pay {\n"
         "    string card = 5;\n    string iban = 6;\n  }\n\n  enum State {\n    NEW = 0;\n    PAID = 1;\n  }\n}\n")
     encoded = protobuf_schema.serialized(fd)
-    assert protobuf_schema.render(protobuf_schema.parse(encoded, {})[0]) == stored
-    assert protobuf_schema.render(protobuf_schema.parse(stored, {})[0]) == stored  # protoc takes it back
+    assert protobuf_text.render(protobuf_schema.parse(encoded, {})[0]) == stored
+    assert protobuf_text.render(protobuf_schema.parse(stored, {})[0]) == stored  # protoc takes it back
 
 
 def test_proto2_defaults_required_and_extensions():
     text = ('syntax = "proto2";\nmessage P {\n  required string a = 1 [default = "x\\"y"];\n'
             "  optional int32 b = 2 [default = 5];\n  extensions 100 to max;\n}\n"
             "extend P {\n  optional string note = 100;\n}\n")
-    stored = protobuf_schema.render(protobuf_schema.parse(text, {})[0])
+    stored = protobuf_text.render(protobuf_schema.parse(text, {})[0])
     assert '  required string a = 1 [default = "x\\"y"];\n' in stored
     assert "  extensions 100 to max;\n" in stored and "extend .P {\n  optional string note = 100;\n}\n" in stored
-    assert protobuf_schema.render(protobuf_schema.parse(stored, {})[0]) == stored
+    assert protobuf_text.render(protobuf_schema.parse(stored, {})[0]) == stored
+
+
+def test_custom_and_confluent_meta_options_are_written_from_text_and_descriptor():
+    text = (P3 + 'package x;\nimport "google/protobuf/descriptor.proto";\nimport "confluent/meta.proto";\n'
+            "extend google.protobuf.FieldOptions { string pii = 50001; }\n"
+            'message M {\n  string s = 1 [(pii) = "email", (confluent.field_meta) = { doc: "d", '
+            'params: [{key: "precision", value: "5"}], tags: ["PII"] }];\n}\n')
+    fd, deps = protobuf_schema.parse(text, {})
+    stored = protobuf_text.render(fd, dependencies=deps)
+    assert ('  string s = 1 [\n    (confluent.field_meta) = {\n      doc: "d",\n      params: [\n        {\n'
+            '          value: "5",\n          key: "precision"\n        }\n      ],\n      tags: [\n        "PII"\n'
+            '      ]\n    },\n    (x.pii) = "email"\n  ];\n') in stored
+    again, again_deps = protobuf_schema.parse(protobuf_schema.serialized(fd), {})
+    assert protobuf_text.render(again, dependencies=again_deps) == stored
+    assert "pii" not in protobuf_text.render(fd).split("extend")[0]  # without the imports: standard options only
 
 
 def test_normalize_sorts_fields_oneofs_constants_and_imports():
@@ -62,11 +77,11 @@ def test_normalize_sorts_fields_oneofs_constants_and_imports():
             "message M {\n  oneof b { int32 z = 9; int32 y = 2; }\n  string s = 5;\n  oneof a { string q = 1; }\n"
             "  enum E { A = 0; C = 2; B = 1; }\n}\n")
     fd = protobuf_schema.parse(text, {})[0]
-    normalized = protobuf_schema.render(fd, normalize=True)
+    normalized = protobuf_text.render(fd, normalize=True)
     assert normalized.index("duration.proto") < normalized.index("timestamp.proto")
     assert normalized.index("oneof a") < normalized.index("oneof b") < normalized.index("B = 1")
     assert normalized.index("int32 y = 2") < normalized.index("int32 z = 9")
-    assert protobuf_schema.render(fd) != normalized
+    assert protobuf_text.render(fd) != normalized
 
 
 def test_imports_of_references_and_builtins():
@@ -75,7 +90,7 @@ def test_imports_of_references_and_builtins():
         "message V { c.Geo geo = 1; google.type.Date day = 2; }\n"
     fd, deps = protobuf_schema.parse(view, {"c/common.proto": common})
     assert {"c/common.proto", "google/type/date.proto", "confluent/meta.proto"} <= set(deps)
-    assert "  .c.Geo geo = 1;\n" in protobuf_schema.render(fd)
+    assert "  .c.Geo geo = 1;\n" in protobuf_text.render(fd)
     with pytest.raises(InvalidSchema, match="c/common.proto"):
         protobuf_schema.parse(view, {})
 
