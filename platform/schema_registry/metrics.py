@@ -11,6 +11,7 @@ from collections import Counter
 from prometheus_client.core import HistogramMetricFamily
 from starlette.routing import Match
 
+from schema_registry.core import SCHEMA_TYPES
 from telemetry.exposition import counter, gauge
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -83,4 +84,8 @@ def collect(requests: RequestMetrics, registry, store, election):
         yield counter("schema_registry_store_records_skipped", "_schemas records that could not be applied",
                       store.skipped)
         yield gauge("schema_registry_registered_count", "Schemas known (ids)", len(registry.schemas))
+        by_type = Counter(stored.schema_type for stored in registry.schemas.values())
+        yield gauge("schema_registry_schemas", "Schemas known (ids) by schema type (Confluent's "
+                    "avro/json/protobuf-schemas-created)", labels=["type"],
+                    values=[((kind.lower(),), float(by_type.get(kind, 0))) for kind in SCHEMA_TYPES])
     return families

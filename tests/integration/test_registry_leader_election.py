@@ -78,6 +78,7 @@ def test_writes_reach_the_leader_from_either_instance(pair):
     assert on_leader['schema_registry_requests_total{method="POST",route="/subjects/{subject:path}/versions",'
                      'status="200"}'] >= 2
     assert on_follower['schema_registry_requests_total{method="GET",route="/status",status="200"}'] >= 1
+    assert on_leader['schema_registry_schemas{type="avro"}'] == 2 and on_leader['schema_registry_schemas{type="json"}'] == 0
 
 
 def test_kill_the_leader_during_registrations(pair):
