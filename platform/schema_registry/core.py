@@ -266,13 +266,19 @@ class Registry:
                 raise RegistryError(INVALID_SCHEMA, str(exc)) from None
         return stored.text
 
-    def parsed_previous(self, versions: list[Version]) -> list[tuple[Version, Stored, object]]:
+    async def parsed_previous(self, versions: list[Version]) -> list[tuple[Version, Stored, object]]:
         """The parsed schemas of ``versions``, leaving out (with a warning) any stored schema that no longer
-        parses under the current rules, as Confluent skips previous schemas it cannot parse."""
+        parses under the current rules, as Confluent skips previous schemas it cannot parse. A JSON or Protobuf
+        schema not parsed before is parsed off the event loop (protoc is a child process)."""
         out = []
         for v in versions:
             try:
                 stored = self.schemas[v.schema_id]
+                if stored.schema_type != "AVRO" and stored.schema_id not in self._parsed:
+                    kind = KINDS[stored.schema_type]
+                    self._parsed[stored.schema_id] = await asyncio.to_thread(
+                        kind.parse_stored, stored.text, self._named(stored.references),
+                        self._versions(stored.references))
                 out.append((v, stored, self.parsed(stored)))
             except (InvalidSchema, RegistryError) as exc:
                 log.warning("compatibility: skipping schema id %s (version %s) that does not parse: %s",
@@ -324,12 +330,14 @@ class Registry:
                                             KINDS[kind].incompatible)
         return incompatibilities(new, [p for _, _, p in against], level)
 
-    def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
-        """The text to store and the parsed schema; 42201 for a schema that does not parse."""
+    async def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
+        """The text to store and the parsed schema; 42201 for a schema that does not parse. A JSON or Protobuf
+        schema is parsed off the event loop (its references resolved on it first)."""
         kind = self.schema_type(schema_type)
         if kind != "AVRO":
+            named, versions = self._named(references), self._versions(references)
             try:
-                return KINDS[kind].prepare(text, self._named(references), self._versions(references), normalize)
+                return await asyncio.to_thread(KINDS[kind].prepare, text, named, versions, normalize)
             except InvalidSchema as exc:
                 raise RegistryError(INVALID_SCHEMA, str(exc)) from None
         try:
@@ -344,13 +352,13 @@ class Registry:
         except InvalidSchema as exc:
             raise RegistryError(INVALID_SCHEMA, str(exc)) from None
 
-    def lookup(self, subject: str, text: str, schema_type: str | None, references: list[dict], normalize: bool,
-               deleted: bool = False) -> tuple[Version, Stored]:
+    async def lookup(self, subject: str, text: str, schema_type: str | None, references: list[dict],
+                     normalize: bool, deleted: bool = False) -> tuple[Version, Stored]:
         normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
         versions = self.versions(subject, deleted=deleted)
         kind = self.schema_type(schema_type)
-        text, _ = self.prepare(text, kind, references, normalize)
+        text, _ = await self.prepare(text, kind, references, normalize)
         key = self.key_of(text, kind, references)
         for v in reversed(versions):
             stored = self.schemas[v.schema_id]
@@ -358,10 +366,10 @@ class Registry:
                 return v, stored
         raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
 
-    def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
-              version: str | int | None, normalize: bool = False) -> list[str]:
+    async def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
+                    version: str | int | None, normalize: bool = False) -> list[str]:
         kind = self.schema_type(schema_type)
-        _, new = self.prepare(text, kind, references, normalize or self.normalizing(subject))
+        _, new = await self.prepare(text, kind, references, normalize or self.normalizing(subject))
         if version is None:
             try:
                 existing = self.versions(subject)
@@ -380,7 +388,7 @@ class Registry:
                     return []
                 raise RegistryError(VERSION_NOT_FOUND, f"Version {self.parse_version(version)} not found.") from None
             level = self.level(subject).replace("_TRANSITIVE", "")
-        return self.incompatibilities(kind, new, self.parsed_previous(existing), level)
+        return self.incompatibilities(kind, new, await self.parsed_previous(existing), level)
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     def _writable(self, subject: str | None) -> None:
@@ -397,14 +405,14 @@ class Registry:
         async with self._lock:
             await self._ready()
             kind = self.schema_type(schema_type)
-            text, new = self.prepare(text, kind, references, normalize)
+            text, new = await self.prepare(text, kind, references, normalize)
             existing = self.subjects.get(subject, {})
             live = [v for _, v in sorted(existing.items()) if not v.deleted]
             key = self.key_of(text, kind, references)
             for v in live:
                 if self.same(self.schemas[v.schema_id], key, references, kind):
                     return v.schema_id  # already registered: same id, no new version
-            problems = self.incompatibilities(kind, new, self.parsed_previous(live), self.level(subject))
+            problems = self.incompatibilities(kind, new, await self.parsed_previous(live), self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
                                     "schema for subject \"" + subject + "\", details: " + json.dumps(problems))

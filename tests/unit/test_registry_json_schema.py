@@ -164,11 +164,11 @@ def test_register_look_up_and_compatibility_in_the_registry():
         '"additionalProperties":false}'
     # the same document with other whitespace is the same schema; other key order is not (unless normalized)
     assert run(r.register("t-value", json.dumps(json.loads(v1), indent=2), "JSON", [], False)) == sid
-    v, _ = r.lookup("t-value", json.dumps(json.loads(v1), indent=1), "JSON", [], False)
+    v, _ = run(r.lookup("t-value", json.dumps(json.loads(v1), indent=1), "JSON", [], False))
     assert v.version == 1
     # the same text as AVRO is another schema type: not found
     with pytest.raises(RegistryError) as err:
-        r.lookup("t-value", '{"type":"string"}', "AVRO", [], False)
+        run(r.lookup("t-value", '{"type":"string"}', "AVRO", [], False))
     assert err.value.code == 40403
     # a closed object can take an optional property; a required one without a default is refused with
     # Confluent's messages, the old version and text at the end
@@ -183,17 +183,17 @@ def test_register_look_up_and_compatibility_in_the_registry():
                           "has an unopen content model and has a required property at path '#/properties/c' which is "
                           "missing in the old schema'}")
     assert details[1:] == ["{oldSchemaVersion: 2}", "{oldSchema: '" + r.schema(sid + 1).text + "'}"]
-    assert r.check("t-value", v3, "JSON", [], None)
-    assert r.check("t-value", v3, "JSON", [], "1")
+    assert run(r.check("t-value", v3, "JSON", [], None))
+    assert run(r.check("t-value", v3, "JSON", [], "1"))
     # FORWARD: the old schema must read the new one's data; the roles in the message swap
     run(r.set_config("t-value", {"compatibilityLevel": "FORWARD"}))
-    assert r.check("t-value", json.dumps(obj({"a": S}, additionalProperties=False)), "JSON", [], None) == []
-    messages = r.check("t-value", json.dumps(obj({"a": S, "b": N, "d": S}, additionalProperties=False)), "JSON", [],
-                       None)
+    assert run(r.check("t-value", json.dumps(obj({"a": S}, additionalProperties=False)), "JSON", [], None)) == []
+    wider = json.dumps(obj({"a": S, "b": N, "d": S}, additionalProperties=False))
+    messages = run(r.check("t-value", wider, "JSON", [], None))
     assert messages[0].startswith('{errorType:"PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL", description:"The old has '
                                   "a closed content model")
     # an Avro schema after JSON ones: Confluent's "different schema type"
-    assert r.check("t-value", '"string"', "AVRO", [], None) == ["Incompatible because of different schema type"]
+    assert run(r.check("t-value", '"string"', "AVRO", [], None)) == ["Incompatible because of different schema type"]
 
 
 def test_invalid_json_schemas_and_unknown_types_are_42201():

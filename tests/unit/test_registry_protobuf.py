@@ -172,13 +172,14 @@ def test_register_look_up_serve_and_check_in_the_registry():
     assert r.serialized(stored, None) == text
     # the descriptor finds the text's version, and is the same schema
     assert run(r.register("m-value", encoded, "PROTOBUF", [], False)) == sid
-    assert r.lookup("m-value", encoded, "PROTOBUF", [], False)[0].version == 1
+    assert run(r.lookup("m-value", encoded, "PROTOBUF", [], False))[0].version == 1
     # a compatible change, then an incompatible one with Confluent's messages
     run(r.register("m-value", text.replace("}\n", "  bool c = 3;\n}\n"), "PROTOBUF", [], False))
     with pytest.raises(RegistryError) as err:
         run(r.register("m-value", text.replace("int64 b", "double b"), "PROTOBUF", [], False))
     assert err.value.code == INCOMPATIBLE and "FIELD_SCALAR_KIND_CHANGED" in err.value.message
-    assert r.check("m-value", '{"type": "string"}', "JSON", [], None) == ["Incompatible because of different schema type"]
+    assert run(r.check("m-value", '{"type": "string"}', "JSON", [], None)) == [
+        "Incompatible because of different schema type"]
     with pytest.raises(RegistryError) as err:
         run(r.register("bad", P3 + "message {", "PROTOBUF", [], False))
     assert err.value.code == INVALID_SCHEMA

@@ -12,7 +12,7 @@ router = APIRouter()
 
 async def check(registry: Registry, subject: str, version: str | None, request: Request, verbose: str | None):
     text, schema_type, refs = schema_fields(await body(request))
-    messages = registry.check(subject, text, schema_type, refs, version)
+    messages = await registry.check(subject, text, schema_type, refs, version)
     out = {"is_compatible": not messages}
     if truthy(verbose):
         out["messages"] = messages

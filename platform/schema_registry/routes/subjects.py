@@ -51,7 +51,7 @@ async def delete_version(subject: str, version: str, registry: RegistryDep, perm
 async def lookup(subject: str, request: Request, registry: RegistryDep, normalize: str | None = None,
                  deleted: str | None = None):
     text, schema_type, refs = schema_fields(await body(request))
-    v, _ = registry.lookup(subject, text, schema_type, refs, truthy(normalize), truthy(deleted))
+    v, _ = await registry.lookup(subject, text, schema_type, refs, truthy(normalize), truthy(deleted))
     return answer(version_body(registry, subject, v))
 
 
