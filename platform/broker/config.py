@@ -291,6 +291,10 @@ KEYS: dict[str, Key] = {
             "before its first rebalance."),
         Key("group.min.session.timeout.ms", _int(1), 6000, "Smallest session timeout a consumer may ask for."),
         Key("group.max.session.timeout.ms", _int(1), 1800000, "Largest session timeout a consumer may ask for."),
+        Key("group.consumer.session.timeout.ms", _int(1), 45000, "Session timeout of a member of a consumer group "
+            "on the \"consumer\" protocol (KIP-848): silent this long, it is removed."),
+        Key("group.consumer.heartbeat.interval.ms", _int(1), 5000, "How often such a member heartbeats (the "
+            "coordinator tells it)."),
         Key("log.cleaner.enable", _bool, True, "Run the log cleaner for compacted topics."),
         Key("log.cleaner.backoff.ms", _int(1), 15000, "Pause of the cleaner when no log needs cleaning."),
         Key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, "Dirty ratio above which a log gets cleaned."),

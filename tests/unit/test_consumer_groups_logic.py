@@ -99,7 +99,7 @@ def test_table_aligns_columns():
 class FakeBroker:
     def __init__(self, log_dir: str, cluster_brokers: list[int] | None = None, node_id: int = 0):
         self.config = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100,
-                       "group.max.session.timeout.ms": 300000}
+                       "group.max.session.timeout.ms": 300000, "group.consumer.session.timeout.ms": 45000}
         self.cluster = None
         if cluster_brokers is not None:
             self.cluster = SimpleNamespace(metadata=SimpleNamespace(brokers={b: None for b in cluster_brokers}))

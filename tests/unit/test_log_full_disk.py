@@ -351,7 +351,8 @@ def test_a_segment_rewrite_refused_by_the_disk_removes_its_partial_file(tmp_path
 
 def test_an_offset_commit_refused_by_the_disk_is_answered_with_an_error_and_changes_nothing(tmp_path, monkeypatch):
     broker = types.SimpleNamespace(cluster=None, log_dirs=[str(tmp_path)], node_id=0,
-                                   config={"group.initial.rebalance.delay.ms": 0})
+                                   config={"group.initial.rebalance.delay.ms": 0,
+                                           "group.consumer.session.timeout.ms": 45000})
 
     async def scenario():
         coordinator = GroupCoordinator(broker)

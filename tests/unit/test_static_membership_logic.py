@@ -55,7 +55,8 @@ class RecordingStore:
 class FakeBroker:
     def __init__(self, initial_delay_ms: int = 100):
         self.config = {"group.initial.rebalance.delay.ms": initial_delay_ms, "group.min.session.timeout.ms": 100,
-                       "group.max.session.timeout.ms": 300000}
+                       "group.max.session.timeout.ms": 300000,
+                       "group.consumer.session.timeout.ms": 45000}
         self.cluster = None
         self.node_id = 0
 

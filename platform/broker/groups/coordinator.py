@@ -14,6 +14,7 @@ import time
 import uuid
 import zlib
 
+from broker.groups.consumer_group import Beat, ConsumerGroup, HeartbeatError
 from broker.groups.group import (
     COMPLETING,
     DEAD,
@@ -48,10 +49,12 @@ class GroupCoordinator:
     def __init__(self, broker):
         self.broker = broker
         self.groups: dict[str, Group] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # groups on the "consumer" protocol (KIP-848)
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
         self.store = None
         self._task: asyncio.Task | None = None
         self.initial_delay_ms = broker.config["group.initial.rebalance.delay.ms"]
+        self.consumer_session_ms = broker.config["group.consumer.session.timeout.ms"]
 
     async def start(self) -> None:
         cluster = self.broker.cluster
@@ -81,6 +84,30 @@ class GroupCoordinator:
             group.on_stable = self._on_stable
         return group
 
+    # ---- the "consumer" protocol (KIP-848) -----------------------------------------------------------------
+    def consumer_heartbeat(self, group_id: str, **beat) -> Beat:
+        """One ConsumerGroupHeartbeat (see :meth:`ConsumerGroup.heartbeat` for the arguments); HeartbeatError with
+        Kafka's error otherwise. A group id a classic group holds with members is GROUP_ID_NOT_FOUND, as in Kafka
+        (not a consumer group)."""
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            raise HeartbeatError(exc.error) from None
+        classic = self.groups.get(group_id)
+        if classic is not None and classic.members:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            if beat["epoch"] != 0:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+            group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
+        epoch_before = group.epoch
+        result = group.heartbeat(**beat)
+        if group.epoch != epoch_before:
+            log.info("consumer group %s: group epoch %d, %d member(s), state %s", group_id, group.epoch,
+                     len(group.members), group.state)
+        return result
+
     # ---- membership ---------------------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
                    session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
@@ -93,6 +120,9 @@ class GroupCoordinator:
         lo, hi = self.broker.config["group.min.session.timeout.ms"], self.broker.config["group.max.session.timeout.ms"]
         if not lo <= session_timeout_ms <= hi:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
+        modern = self.consumer_groups.get(group_id)
+        if modern is not None and modern.members:  # held by members on the "consumer" protocol
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
         group = self._group(group_id)
         if not group.supports(protocol_type, protocols):
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
@@ -279,16 +309,25 @@ class GroupCoordinator:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            now = time.monotonic()
-            for group in list(self.groups.values()):
-                expired = group.expired(now)
-                for member_id in expired:
-                    group.remove(member_id)
-                    self._background(self.store.member_left(group.group_id, member_id))
-                    log.info("group %s: member %s expired (session timeout)", group.group_id, member_id)
-                if expired:
-                    self._rebalance_after_loss(group)
-                self._maybe_complete(group)
+            try:
+                self._expire(time.monotonic())
+            except Exception:  # noqa: BLE001 (one bad group must not end the expiry of all the others)
+                log.exception("group coordinator: session expiry failed")
+
+    def _expire(self, now: float) -> None:
+        for group in list(self.groups.values()):
+            expired = group.expired(now)
+            for member_id in expired:
+                group.remove(member_id)
+                self._background(self.store.member_left(group.group_id, member_id))
+                log.info("group %s: member %s expired (session timeout)", group.group_id, member_id)
+            if expired:
+                self._rebalance_after_loss(group)
+            self._maybe_complete(group)
+        timeout = self.consumer_session_ms
+        for group in list(self.consumer_groups.values()):
+            for member_id in group.expire(now, timeout):
+                log.info("consumer group %s: member %s expired (session timeout)", group.group_id, member_id)
 
     def _background(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -310,6 +349,9 @@ class GroupCoordinator:
             self.check(group_id)
         except GroupError as exc:
             return exc.error, None
+        modern = self.consumer_groups.get(group_id)
+        if modern is not None and modern.members and (generation >= 0 or member_id):
+            return modern.check_commit(member_id, generation), None  # the generation is the member epoch
         group = self.groups.get(group_id)
         if generation >= 0 or member_id or instance_id is not None:
             if group is None:
@@ -325,7 +367,12 @@ class GroupCoordinator:
         error, group = self.check_committer(group_id, member_id, generation, instance_id)
         if error != ErrorCode.none:
             return error
-        if generation >= 0 or member_id or instance_id is not None:
+        modern = self.consumer_groups.get(group_id)
+        if modern is not None and modern.members:
+            if not (generation >= 0 or member_id):
+                return ErrorCode.unknown_member_id  # a simple commit while live members own the group
+            modern.members[member_id].last_heartbeat = time.monotonic()
+        elif generation >= 0 or member_id or instance_id is not None:
             if group.state == COMPLETING:
                 return ErrorCode.rebalance_in_progress
             group.members[member_id].last_heartbeat = time.monotonic()
@@ -354,11 +401,15 @@ class GroupCoordinator:
             return ErrorCode.none, dict(committed)
         return ErrorCode.none, {tp: committed.get(tp, (-1, "")) for tp in partitions}
 
-    def describe(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+    def describe(self, group_id: str) -> tuple[ErrorCode, Group | ConsumerGroup | None]:
+        """The group for DescribeGroups: a classic one, or one on the "consumer" protocol while it has members."""
         try:
             self.check(group_id)
         except GroupError as exc:
             return exc.error, None
+        modern = self.consumer_groups.get(group_id)
+        if modern is not None and modern.members:
+            return ErrorCode.none, modern
         return ErrorCode.none, self.groups.get(group_id)
 
     async def has_offsets(self, group_id: str) -> bool:
@@ -371,9 +422,12 @@ class GroupCoordinator:
     async def listed(self) -> list[Group]:
         """The groups this broker coordinates: those in memory, plus those known only by their committed offsets
         (after a restart, or committed without joining), as Empty groups."""
-        out = [g for g in self.groups.values() if g.state != DEAD]
+        modern = {gid: g for gid, g in self.consumer_groups.items() if g.members}
+        out = [g for g in self.groups.values() if g.state != DEAD and g.group_id not in modern]
+        out += modern.values()
         for group_id in await self.store.groups():
-            if group_id not in self.groups and self.coordinator_id(group_id) == self.broker.node_id:
+            if group_id not in self.groups and group_id not in modern \
+                    and self.coordinator_id(group_id) == self.broker.node_id:
                 out.append(Group(group_id, self.initial_delay_ms))
         return out
 

@@ -57,6 +57,20 @@ def subscription_topics(metadata: bytes) -> list[str]:
         return []
 
 
+def encode_assignment(partitions) -> bytes:
+    """(topic, partition) pairs as the classic consumer protocol's Assignment v0 (what DescribeGroups shows)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    out = [struct.pack(">hi", 0, len(by_topic))]
+    for topic, numbers in by_topic.items():
+        name = topic.encode()
+        out.append(struct.pack(">h", len(name)) + name + struct.pack(">i", len(numbers)))
+        out.append(b"".join(struct.pack(">i", n) for n in numbers))
+    out.append(struct.pack(">i", -1))  # no user data
+    return b"".join(out)
+
+
 def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
     """(topic, partition) pairs of a ConsumerProtocolAssignment (version, [topic, [partition]], user data)."""
     try:

@@ -2,6 +2,8 @@
 only by its committed offsets is Empty, an unknown one Dead (no error), as in Kafka. v3+ with
 ``include_authorized_operations``: the principal's operations on each group it may Describe, as a bit field."""
 
+from broker.groups.consumer_group import ConsumerGroup
+from broker.groups.stores import encode_assignment
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 from broker.security import access
@@ -30,12 +32,19 @@ async def handle(broker, header, request):
                              protocol_data="", members=(), authorized_operations=_operations(
                                  broker, group_id, wanted and error == ErrorCode.none)))
             continue
-        members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
-                              client_id=m.client_id, client_host=m.client_host,
-                              member_metadata=m.metadata_for(group.protocol) if group.protocol else b"",
-                              member_assignment=m.assignment) for m in group.members.values())
+        if isinstance(group, ConsumerGroup):  # the "consumer" protocol: assignments in the classic encoding
+            members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.instance_id,
+                                  client_id=m.client_id, client_host=m.client_host, member_metadata=b"",
+                                  member_assignment=encode_assignment(m.assigned)) for m in group.members.values())
+            protocol_type, protocol = "consumer", group.assignor
+        else:
+            members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                  client_id=m.client_id, client_host=m.client_host,
+                                  member_metadata=m.metadata_for(group.protocol) if group.protocol else b"",
+                                  member_assignment=m.assignment) for m in group.members.values())
+            protocol_type, protocol = group.protocol_type or "", group.protocol or ""
         out.append(build(group_cls, error_code=0, group_id=group_id, group_state=group.state,
-                         protocol_type=group.protocol_type or "", protocol_data=group.protocol or "",
+                         protocol_type=protocol_type, protocol_data=protocol,
                          members=members, authorized_operations=_operations(broker, group_id, wanted)))
     return build(cls, throttle_time=0, groups=tuple(out))
 
