@@ -128,8 +128,9 @@ def batch_problems(data: bytes | None, null_keys: list | None = None) -> list[st
     """Why a broker must refuse ``data`` as the records of a Produce partition (empty list: it may accept it).
 
     Kafka's LogValidator rules that keep the log readable: whole magic-2 batches, a valid CRC, a record count
-    that is positive and matches lastOffsetDelta + 1, a known codec, no control batch from a producer, and a
-    records section that decodes to exactly that many well-formed records. ``null_keys`` (a list) gets True
+    that is positive and matches lastOffsetDelta + 1, a known codec, no control batch from a producer, a base
+    sequence of at least 0 when the batch has a producer id, and a records section that decodes to exactly that
+    many well-formed records; and Kafka's request rule of exactly one batch per partition. ``null_keys`` (a list) gets True
     appended if a record has a null key (a compacted topic refuses it).
     """
     if not data:
@@ -139,7 +140,9 @@ def batch_problems(data: bytes | None, null_keys: list | None = None) -> list[st
     while pos < len(data):
         if len(data) - pos < 61:
             return problems + ["a partial batch header"]
-        (base, length, _epoch, magic, crc, attributes, last_delta, _bts, _mts, _pid, _pe, _seq,
+        if pos:
+            problems.append("more than one batch")
+        (base, length, _epoch, magic, crc, attributes, last_delta, _bts, _mts, pid, _pe, seq,
          count) = struct.unpack_from(">qiibIhiqqqhii", data, pos)
         if magic != 2:
             return problems + [f"magic {magic}"]
@@ -157,6 +160,8 @@ def batch_problems(data: bytes | None, null_keys: list | None = None) -> list[st
             problems.append(f"compression codec {codec}")
         if attributes & 0x20:
             problems.append("a control batch from a producer")
+        if pid >= 0 and seq < 0:
+            problems.append(f"base sequence {seq} with producer id {pid}")
         body = data[pos + 61:end]
         if codec <= 4 and 0 < count <= 10_000:
             try:

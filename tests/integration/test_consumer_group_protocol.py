@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from support import wait_until
 
@@ -81,9 +81,11 @@ def test_the_coordinator_assigns_and_members_come_and_go(broker, tmp_path):
     # the admin client sees one group on the consumer protocol, two members, each with its partitions
     listed = admin.list_consumer_groups().result(timeout=10)
     assert GROUP in {g.group_id for g in listed.valid}
-    described = admin.describe_consumer_groups([GROUP])[GROUP].result(timeout=10)
-    assert len(described.members) == 2
+    described = admin.describe_consumer_groups([GROUP])[GROUP].result(timeout=10)  # ConsumerGroupDescribe
+    assert described.type == ConsumerGroupType.CONSUMER and described.state == ConsumerGroupState.STABLE
+    assert described.partition_assignor == "uniform" and len(described.members) == 2
     assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
+    assert all(m.target_assignment.topic_partitions == m.assignment.topic_partitions for m in described.members)
 
     # b leaves (epoch -1): its partitions go back to a
     b.close()

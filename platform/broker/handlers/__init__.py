@@ -6,6 +6,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_describe,
     consumer_group_heartbeat,
     create_acls,
     create_partitions,
