@@ -256,6 +256,20 @@ class Registry:
             self._parsed[stored.schema_id] = found
         return found
 
+    async def warm(self, stored: Stored, quiet: bool = True) -> None:
+        """Parse a JSON or Protobuf schema not parsed before off the event loop (protoc is a child process), so
+        that :meth:`parsed` finds it. ``quiet``: a schema that does not parse is left for :meth:`parsed` to
+        refuse."""
+        if stored.schema_type == "AVRO" or stored.schema_id in self._parsed:
+            return
+        kind = KINDS[stored.schema_type]
+        try:
+            self._parsed[stored.schema_id] = await asyncio.to_thread(
+                kind.parse_stored, stored.text, self._named(stored.references), self._versions(stored.references))
+        except (InvalidSchema, RegistryError):
+            if not quiet:
+                raise
+
     def serialized(self, stored: Stored, fmt: str | None) -> str:
         """The schema text a ``format`` asks for: ``serialized`` is a Protobuf schema's base64 descriptor (what
         confluent-kafka's ProtobufDeserializer fetches); any other format, or type, the stored text."""
@@ -274,11 +288,7 @@ class Registry:
         for v in versions:
             try:
                 stored = self.schemas[v.schema_id]
-                if stored.schema_type != "AVRO" and stored.schema_id not in self._parsed:
-                    kind = KINDS[stored.schema_type]
-                    self._parsed[stored.schema_id] = await asyncio.to_thread(
-                        kind.parse_stored, stored.text, self._named(stored.references),
-                        self._versions(stored.references))
+                await self.warm(stored, quiet=False)
                 out.append((v, stored, self.parsed(stored)))
             except (InvalidSchema, RegistryError) as exc:
                 log.warning("compatibility: skipping schema id %s (version %s) that does not parse: %s",

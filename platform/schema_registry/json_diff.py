@@ -9,7 +9,7 @@ until nothing changes, as Confluent's fixpoint does.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation, localcontext
 
 from schema_registry.json_schema import Node
 
@@ -255,14 +255,27 @@ def _number(ctx: Context, original: Node, update: Node) -> None:
             ctx.add("MULTIPLE_OF_ADDED", "multipleOf")
         elif new is None:
             ctx.add("MULTIPLE_OF_REMOVED", "multipleOf")
-        elif old != 0 and new % old == Decimal(0):
+        elif _divides(old, new):
             ctx.add("MULTIPLE_OF_EXPANDED", "multipleOf")
-        elif new != 0 and old % new == Decimal(0):
+        elif _divides(new, old):
             ctx.add("MULTIPLE_OF_REDUCED", "multipleOf")
         else:
             ctx.add("MULTIPLE_OF_CHANGED", "multipleOf")
     if original.requires_integer != update.requires_integer:
         ctx.add("TYPE_EXTENDED" if original.requires_integer else "TYPE_NARROWED")
+
+
+def _divides(divisor: Decimal, value: Decimal) -> bool:
+    """``value`` a whole multiple of ``divisor`` (exact, as Java's BigDecimal.remainder, at any magnitude)."""
+    if divisor == 0:
+        return False
+    with localcontext() as exact:
+        exact.prec = max(28, len(value.as_tuple().digits) + len(divisor.as_tuple().digits)
+                         + abs(value.adjusted() - divisor.adjusted()) + 2)
+        try:
+            return value % divisor == 0
+        except InvalidOperation:
+            return False
 
 
 def _enum(ctx: Context, original: Node, update: Node) -> None:

@@ -296,7 +296,7 @@ class Loader:
             dependencies = raw.get(keyword) if isinstance(raw.get(keyword), dict) else {}
             for name, dependency in dependencies.items():
                 if isinstance(dependency, list):
-                    node.property_dependencies[name] = frozenset(dependency)
+                    node.property_dependencies[name] = frozenset(d for d in dependency if isinstance(d, str))
                 else:
                     node.schema_dependencies[name] = self.load(doc, f"{pointer}/{keyword}/{_escape(name)}")
         node.max_properties, node.min_properties = _count(raw.get("maxProperties")), _count(raw.get("minProperties"))

@@ -93,8 +93,10 @@ def _collect(found: dict, fd, reference, prefix: str, messages, enums) -> None:
 
 
 class Context:
-    def __init__(self, types: tuple[dict, dict], syntaxes: tuple[str, str], path: list, comparing: set):
+    def __init__(self, types: tuple[dict, dict], syntaxes: tuple[str, str], path: list, comparing: set,
+                 memo: dict | None = None):
         self.types, self.syntaxes, self.path, self.comparing = types, syntaxes, list(path), set(comparing)
+        self.memo = {} if memo is None else memo  # referenced message pairs compared once per diff
         self.diffs: list[tuple[str, str]] = []
 
     def add(self, kind: str, *extra: str) -> None:
@@ -295,10 +297,15 @@ def _message_types(ctx: Context, old_name: str, new_name: str) -> None:
         return
     if old_info.reference is not None and old_info.reference == new_info.reference:
         return
-    sub = Context(ctx.types, (old_info.syntax, new_info.syntax), old_local.split("."), ctx.comparing)
-    _message(sub, old_info.message, new_info.message)
-    ctx.diffs.extend(sub.diffs)
-    if not sub.compatible():
+    key = (old_name, new_name, old_info.reference, new_info.reference)
+    found = ctx.memo.get(key)
+    if found is None:  # the sub-diff's paths start at the type's own name: the same wherever it is met
+        sub = Context(ctx.types, (old_info.syntax, new_info.syntax), old_local.split("."), ctx.comparing, ctx.memo)
+        _message(sub, old_info.message, new_info.message)
+        found = ctx.memo[key] = (list(sub.diffs), sub.compatible())
+    known = set(ctx.diffs)
+    ctx.diffs.extend(item for item in found[0] if item not in known)  # a type met again adds nothing new
+    if not found[1]:
         ctx.add("FIELD_NAMED_TYPE_CHANGED")
 
 

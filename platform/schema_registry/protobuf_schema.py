@@ -28,6 +28,7 @@ from schema_registry.protobuf_text import render
 F = descriptor_pb2.FieldDescriptorProto
 PROTOC_TIMEOUT_S = 30
 _BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
+_WARNING = re.compile(r"^\s*(W\d{4}|\[libprotobuf WARNING|.*warning:)", re.IGNORECASE)  # protoc's, not errors
 
 
 # ---- parsing ----------------------------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def compile_text(text: str, references: dict[str, str], main: str = "default.pro
             raise InvalidSchema(f"Invalid schema: protoc took over {PROTOC_TIMEOUT_S} s") from None
         if done.returncode != 0:
             message = " ".join(line.strip() for line in done.stderr.replace(f"{root}/", "").splitlines()
-                               if line.strip())
+                               if line.strip() and not _WARNING.match(line))
             raise InvalidSchema(f"Invalid schema: {message or 'protoc failed'}")
         found = descriptor_pb2.FileDescriptorSet()
         found.ParseFromString(out.read_bytes())
@@ -116,7 +117,9 @@ def parse(text: str, references: dict[str, str]):
     """(descriptor, dependencies by import name) of a schema given as text or base64; references' texts by name."""
     fd = decode(text)
     if fd is None:
-        return compile_text(text, references)
+        fd, deps = compile_text(text, references)
+        _refuse_groups(fd.message_type)
+        return fd, deps
     deps: dict = {}
     pending = list(fd.dependency)
     while pending:

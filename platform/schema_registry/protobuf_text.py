@@ -14,6 +14,7 @@ log = logging.getLogger("schema_registry.protobuf")
 F = descriptor_pb2.FieldDescriptorProto
 TYPE_NAMES = {v: k[len("TYPE_"):].lower() for k, v in F.Type.items()}
 MAX_TAG = 536870911
+MAX_ENUM = 2147483647
 
 
 def render(fd: descriptor_pb2.FileDescriptorProto, normalize: bool = False, dependencies: dict | None = None) -> str:
@@ -254,14 +255,17 @@ def _bracket(options: list[str]) -> str:
     return "[\n" + "".join(_indent(o + ("," if i < len(options) - 1 else "")) for i, o in enumerate(options)) + "]"
 
 
-def _range(start: int, end_inclusive: int) -> str:
+def _range(start: int, end_inclusive: int, limit: int = MAX_TAG) -> str:
+    """``n``, or ``a to b`` with ``max`` for the largest number the range may reach (``limit``)."""
     if start == end_inclusive:
         return str(start)
-    return f"{start} to {end_inclusive if end_inclusive < MAX_TAG else 'max'}"
+    return f"{start} to {end_inclusive if end_inclusive < limit else 'max'}"
 
 
 def _reserved(ranges, names, exclusive_end: bool) -> list[str]:
-    out = [f"reserved {_range(r.start, r.end - 1 if exclusive_end else r.end)};\n" for r in ranges]
+    """Messages' reserved ranges end exclusive, up to field number 2^29 - 1; enums' inclusive, up to 2^31 - 1."""
+    limit = MAX_TAG if exclusive_end else MAX_ENUM
+    out = [f"reserved {_range(r.start, r.end - 1 if exclusive_end else r.end, limit)};\n" for r in ranges]
     return out + [f'reserved "{n}";\n' for n in names]
 
 
@@ -304,8 +308,12 @@ def _field(fd, message, field, in_oneof: bool = False) -> str:
         head = f"{_label(fd, field, in_oneof)}{_type(field)} {field.name} = {field.number}"
     options = _options(field.options, FIELD_OPTIONS)
     if field.HasField("default_value") and fd.syntax != "proto3":
-        quoted = field.type in (F.TYPE_STRING,)
-        options.append(f'default = "{escape(field.default_value)}"' if quoted else f"default = {field.default_value}")
+        if field.type == F.TYPE_STRING:
+            options.append(f'default = "{escape(field.default_value)}"')
+        elif field.type == F.TYPE_BYTES:  # the descriptor holds a bytes default C-escaped already
+            options.append(f'default = "{field.default_value}"')
+        else:
+            options.append(f"default = {field.default_value}")
     if field.HasField("json_name") and field.json_name != _default_json_name(field.name):
         options.append(f'json_name = "{escape(field.json_name)}"')
     return head + (f" {_bracket(options)}" if options else "") + ";\n"

@@ -13,13 +13,28 @@ from schema_registry import json_diff, json_schema, protobuf_diff, protobuf_sche
 from schema_registry.compatibility import InvalidSchema
 
 
+def refusing(parse):
+    """A parse whose unexpected failures on hostile input (nesting past Python's recursion limit, bytes no file
+    may hold) are InvalidSchema (42201), not a 500."""
+    def guarded(*args, **kwargs):
+        try:
+            return parse(*args, **kwargs)
+        except InvalidSchema:
+            raise
+        except (RecursionError, ValueError, TypeError, UnicodeError) as exc:
+            raise InvalidSchema(f"Invalid schema: {type(exc).__name__}: {exc}"[:500]) from None
+    return guarded
+
+
 class JsonKind:
     name = "JSON"
 
+    @refusing
     def prepare(self, text: str, named: dict, versions: dict, normalize: bool):
         """(stored text, parsed) of a schema sent; InvalidSchema if it is none."""
         return json_schema.stored_text(text, normalize), json_schema.parse(text, named)
 
+    @refusing
     def parse_stored(self, text: str, named: dict, versions: dict):
         return json_schema.parse(text, named)
 
@@ -44,6 +59,7 @@ class ProtobufKind:
         fd, dependencies = protobuf_schema.parse(text, named)
         return protobuf_diff.Side(fd, dependencies, versions)
 
+    @refusing
     def prepare(self, text: str, named: dict, versions: dict, normalize: bool):
         """The descriptor written as Confluent writes one; the written text is compiled once more, so what is
         stored is text protoc takes back (a base64 descriptor that is no valid schema is refused here)."""
@@ -54,6 +70,7 @@ class ProtobufKind:
             raise InvalidSchema("Invalid schema: the descriptor does not survive being written as text")
         return stored, again
 
+    @refusing
     def parse_stored(self, text: str, named: dict, versions: dict):
         return self._side(text, named, versions)
 

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Producer
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from support import wait_until
 
@@ -86,6 +86,9 @@ def test_the_coordinator_assigns_and_members_come_and_go(broker, tmp_path):
     assert described.partition_assignor == "uniform" and len(described.members) == 2
     assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
     assert all(m.target_assignment.topic_partitions == m.assignment.topic_partitions for m in described.members)
+    with pytest.raises(KafkaException) as err:  # a live group keeps its offsets
+        admin.delete_consumer_groups([GROUP])[GROUP].result(timeout=10)
+    assert err.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
 
     # b leaves (epoch -1): its partitions go back to a
     b.close()

@@ -141,3 +141,25 @@ def test_the_assignors():
     assert sticky == uniform
     ranged = range_assignment({"a": {"t"}, "b": {"t"}, "c": {"t"}}, {"t": 4})
     assert ranged == {"a": {("t", 0), ("t", 1)}, "b": {("t", 2)}, "c": {("t", 3)}}
+
+
+def test_refused_joins_leave_nothing_and_a_static_rejoin_keeps_its_instance():
+    g = ConsumerGroup("g")
+    with pytest.raises(HeartbeatError):
+        beat(g, "x", topics=(), regex="(", instance_id="i")
+    assert not g.members and not g.static and g.epoch == 0
+    beat(g, "a", topics=("t",), instance_id="i")
+    assert beat(g, "a", -2).epoch == -2
+    beat(g, "a", topics=("t",), instance_id="i")  # the same member id back (KIP-1082 clients keep theirs)
+    assert g.static == {"i": "a"}
+    with pytest.raises(HeartbeatError) as err:
+        beat(g, "b", topics=("t",), instance_id="i")
+    assert err.value.error == ErrorCode.unreleased_instance_id
+
+
+def test_a_new_assignor_computes_the_target_again():
+    g = ConsumerGroup("g")
+    a = beat(g, "a", topics=("t",))
+    epoch = g.epoch
+    beat(g, "a", a.epoch, owned=a.assignment, assignor="range")
+    assert g.epoch == epoch + 1 and g.assignor == "range" and g.assignment_epoch == g.epoch

@@ -216,3 +216,16 @@ def test_references_between_json_subjects():
     with pytest.raises(RegistryError) as err:
         run(r.register("person2", person, "JSON", [], False))
     assert err.value.code == INVALID_SCHEMA
+
+
+def test_hostile_documents_are_refused_or_compared_without_a_crash():
+    # a multipleOf ratio past Decimal's default precision: compared exactly, not a 500
+    assert diff({"type": "number", "multipleOf": 0.0001}, {"type": "number", "multipleOf": 1e30}) == \
+        ["MULTIPLE_OF_EXPANDED #/multipleOf"]
+    # dependentRequired is not checked by the draft-07 meta-schema: items that are no names are ignored
+    json_schema.parse('{"dependentRequired": {"a": [{}, "b"]}}')
+    r = memory_registry()
+    deep = '{"type": "object", "properties": {"a": ' * 400 + "{}" + "}}" * 400
+    with pytest.raises(RegistryError) as err:
+        run(r.register("deep", deep, "JSON", [], False))
+    assert err.value.code == INVALID_SCHEMA

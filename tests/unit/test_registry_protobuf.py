@@ -196,3 +196,23 @@ def test_references_between_protobuf_subjects():
     with pytest.raises(RegistryError) as err:
         run(r.register("v2-value", view, "PROTOBUF", [], False))
     assert err.value.code == INVALID_SCHEMA
+
+
+def test_proto2_corners_and_hostile_input():
+    text = 'syntax = "proto2";\nmessage M { optional bytes b = 1 [default = "a\\001b\\"q"]; }\n'
+    stored = protobuf_text.render(protobuf_schema.parse(text, {})[0])
+    assert '  optional bytes b = 1 [default = "a\\001b\\"q"];\n' in stored
+    assert protobuf_text.render(protobuf_schema.parse(stored, {})[0]) == stored
+    enum = P3 + "enum E { A = 0; reserved 600000000 to 700000000; reserved 800000000 to max; }\n"
+    written = protobuf_text.render(protobuf_schema.parse(enum, {})[0])
+    assert "reserved 600000000 to 700000000;" in written and "reserved 800000000 to max;" in written
+    with pytest.raises(InvalidSchema, match="group"):  # text too: a group would change the wire format
+        protobuf_schema.parse('syntax = "proto2";\nmessage M { optional group G = 1 { optional int32 x = 2; } }\n',
+                              {})
+    r = memory_registry()
+    run(r.register("c", P3 + "message C { int32 x = 1; }\n", "PROTOBUF", [], False))
+    for text, refs in ((P3 + 'import "a\x00b";\n', [{"name": "a\x00b", "subject": "c", "version": 1}]),
+                       (P3 + "message \ud800 {}\n", [])):
+        with pytest.raises(RegistryError) as err:
+            run(r.register("bad", text, "PROTOBUF", refs, False))
+        assert err.value.code == INVALID_SCHEMA

@@ -55,12 +55,16 @@ class ConsumerMember:
     revoking: set = field(default_factory=set)  # partitions it was told to give up and still holds
     last_heartbeat: float = field(default_factory=time.monotonic)
     revoke_deadline: float | None = None
+    matched: tuple | None = None  # (the topic names a regex was matched against, the names it matched)
 
     def subscribed(self, topics: dict[str, int]) -> set[str]:
         names = set(self.topics)
         if self.regex is not None:
-            pattern = re.compile(self.regex)
-            names |= {t for t in topics if pattern.fullmatch(t)}
+            known = frozenset(topics)
+            if self.matched is None or self.matched[0] != known:  # matched again only when the topics change
+                pattern = re.compile(self.regex)
+                self.matched = (known, frozenset(t for t in known if pattern.fullmatch(t)))
+            names |= self.matched[1]
         return {t for t in names if t in topics}
 
 
@@ -113,6 +117,11 @@ class ConsumerGroup:
             raise HeartbeatError(ErrorCode.unsupported_assignor, f"Assignor {assignor} is not supported")
         if epoch in (LEAVE, STATIC_LEAVE):
             return self._leave(member_id, epoch, instance_id)
+        if regex:  # checked before anything changes: a refused join leaves no member behind
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise HeartbeatError(ErrorCode.invalid_regular_expression, f"Invalid regex {regex!r}: {exc}") from None
         if epoch == 0:
             member = self._join(member_id, instance_id, topics, regex, now)
             joined = True
@@ -135,13 +144,9 @@ class ConsumerGroup:
         if topics is not None and tuple(sorted(topics)) != tuple(sorted(member.topics)):
             member.topics, changed = tuple(topics), True
         if regex is not None and (regex or None) != member.regex:
-            try:
-                re.compile(regex)
-            except re.error as exc:
-                raise HeartbeatError(ErrorCode.invalid_regular_expression, f"Invalid regex {regex!r}: {exc}") from None
-            member.regex, changed = regex or None, True
-        if assignor is not None:
-            member.assignor = assignor
+            member.regex, member.matched, changed = regex or None, None, True
+        if assignor is not None and assignor != member.assignor:
+            member.assignor, changed = assignor, True
         subscribed = self._subscribed_topics(metadata)
         if subscribed != self.topics:
             changed = True
@@ -160,6 +165,8 @@ class ConsumerGroup:
         if topics is None and regex is None:
             raise HeartbeatError(ErrorCode.invalid_request, "SubscribedTopicNames must be set when joining")
         member_id = member_id or _new_member_id()
+        if member_id in self.members:  # a rejoin with epoch 0: the member starts over
+            self._remove(member_id)
         if instance_id is not None:
             old_id = self.static.get(instance_id)
             if old_id is not None and old_id != member_id and old_id in self.members:
@@ -169,8 +176,6 @@ class ConsumerGroup:
                                          f"Static member {instance_id} is still held by member {old_id}")
                 self._remove(old_id)  # a static member back after leaving with -2: it takes the old place
             self.static[instance_id] = member_id
-        if member_id in self.members:  # a rejoin with epoch 0: the member starts over
-            self._remove(member_id)
         member = ConsumerMember(member_id, instance_id, last_heartbeat=now)
         self.members[member_id] = member
         return member

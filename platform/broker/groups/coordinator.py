@@ -328,6 +328,8 @@ class GroupCoordinator:
         for group in list(self.consumer_groups.values()):
             for member_id in group.expire(now, timeout):
                 log.info("consumer group %s: member %s expired (session timeout)", group.group_id, member_id)
+            if not group.members:
+                del self.consumer_groups[group.group_id]  # its offsets stay in the store
 
     def _background(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -439,6 +441,10 @@ class GroupCoordinator:
             self.check(group_id)
         except GroupError as exc:
             return exc.error
+        modern = self.consumer_groups.get(group_id)
+        if modern is not None and modern.members:
+            return ErrorCode.non_empty_group
+        self.consumer_groups.pop(group_id, None)
         group = self.groups.get(group_id)
         if group is not None and group.state != DEAD:
             if group.state != EMPTY or group.members:

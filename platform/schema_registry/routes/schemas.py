@@ -33,6 +33,8 @@ async def types():
 async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None,
                        format: str | None = None):  # noqa: A002 (Confluent's name)
     stored = registry.schema(schema_id)
+    if format == "serialized":
+        await registry.warm(stored)
     out = {"schema": registry.serialized(stored, format)}
     if stored.schema_type != "AVRO":
         out["schemaType"] = stored.schema_type

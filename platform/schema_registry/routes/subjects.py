@@ -29,7 +29,10 @@ async def register(subject: str, request: Request, registry: RegistryDep, normal
 @router.get("/subjects/{subject:path}/versions/{version}")
 async def get_version(subject: str, version: str, registry: RegistryDep, deleted: str | None = None,
                       format: str | None = None):  # noqa: A002 (Confluent's name)
-    return answer(version_body(registry, subject, registry.version(subject, version, truthy(deleted)), format))
+    found = registry.version(subject, version, truthy(deleted))
+    if format == "serialized":
+        await registry.warm(registry.schema(found.schema_id))
+    return answer(version_body(registry, subject, found, format))
 
 
 @router.get("/subjects/{subject:path}/versions/{version}/schema")
