@@ -163,3 +163,22 @@ def test_a_new_assignor_computes_the_target_again():
     epoch = g.epoch
     beat(g, "a", a.epoch, owned=a.assignment, assignor="range")
     assert g.epoch == epoch + 1 and g.assignor == "range" and g.assignment_epoch == g.epoch
+
+
+def test_a_static_member_back_after_minus_two_gets_its_partitions_and_nobody_took_them():
+    g = ConsumerGroup("g")
+    owned = {"a": beat(g, "a", topics=("t",), instance_id="i").assignment, "b": set()}
+    owned["b"] = beat(g, "b", topics=("t",)).assignment
+    for _ in range(3):  # settle at two each
+        for mid in ("a", "b"):
+            b = beat(g, mid, g.members[mid].epoch, owned=owned[mid])
+            owned[mid] = b.assignment if b.assignment is not None else owned[mid]
+    assert len(owned["a"]) == len(owned["b"]) == 2 and g.state == "Stable"
+    before = set(owned["a"])
+    beat(g, "a", -2)
+    for _ in range(3):
+        b = beat(g, "b", g.members["b"].epoch, owned=owned["b"])
+        owned["b"] = b.assignment if b.assignment is not None else owned["b"]
+    assert owned["b"].isdisjoint(before)  # held for the static member meanwhile
+    back = beat(g, "a2", topics=("t",), instance_id="i")
+    assert back.assignment == before

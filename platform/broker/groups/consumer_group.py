@@ -167,6 +167,7 @@ class ConsumerGroup:
         member_id = member_id or _new_member_id()
         if member_id in self.members:  # a rejoin with epoch 0: the member starts over
             self._remove(member_id)
+        kept = None
         if instance_id is not None:
             old_id = self.static.get(instance_id)
             if old_id is not None and old_id != member_id and old_id in self.members:
@@ -174,10 +175,13 @@ class ConsumerGroup:
                 if old.epoch != STATIC_LEAVE:
                     raise HeartbeatError(ErrorCode.unreleased_instance_id,
                                          f"Static member {instance_id} is still held by member {old_id}")
-                self._remove(old_id)  # a static member back after leaving with -2: it takes the old place
+                kept = self.target.get(old_id)  # a static member back after leaving with -2: the old place,
+                self._remove(old_id)            # and the partitions kept for it (the assignor is sticky)
             self.static[instance_id] = member_id
         member = ConsumerMember(member_id, instance_id, last_heartbeat=now)
         self.members[member_id] = member
+        if kept is not None:
+            self.target[member_id] = kept
         return member
 
     def _leave(self, member_id: str, epoch: int, instance_id: str | None) -> Beat:
@@ -185,8 +189,8 @@ class ConsumerGroup:
         if member is None:
             raise HeartbeatError(ErrorCode.unknown_member_id)
         if epoch == STATIC_LEAVE and member.instance_id is not None:
-            # a static member that will come back: its place is kept until its session ends (it rejoins with
-            # epoch 0 and its instance id), but it holds nothing meanwhile
+            # a static member that will come back: its place and its share of the target are kept until its
+            # session ends (nobody else gets them; it rejoins with epoch 0 and its instance id and gets them back)
             member.epoch, member.assigned, member.revoking = STATIC_LEAVE, set(), set()
             return Beat(member_id, STATIC_LEAVE)
         self._remove(member_id)
