@@ -214,15 +214,18 @@ class Registry:
                       if any(r.get("subject") == subject and int(r.get("version", -1)) == v.version
                              for r in s.references))
 
+    def _referenced(self, ref: dict) -> Stored:
+        """The stored schema a reference names; 42201 when there is none."""
+        try:
+            return self.schemas[self.version(ref["subject"], ref.get("version", -1)).schema_id]
+        except (KeyError, RegistryError):
+            raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref} not found") from None
+
     def _resolve(self, references: list[dict]) -> list[str]:
         """Texts of the referenced schemas, dependencies first."""
         out: list[str] = []
         for ref in references or []:
-            try:
-                version = self.version(ref["subject"], ref.get("version", -1))
-            except (KeyError, RegistryError):
-                raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref} not found") from None
-            stored = self.schemas[version.schema_id]
+            stored = self._referenced(ref)
             out.extend(t for t in self._resolve(stored.references) if t not in out)
             if stored.text not in out:
                 out.append(stored.text)
@@ -233,10 +236,7 @@ class Registry:
         of those (by theirs)."""
         out: dict[str, str] = {}
         for ref in references or []:
-            try:
-                stored = self.schemas[self.version(ref["subject"], ref.get("version", -1)).schema_id]
-            except (KeyError, RegistryError):
-                raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref} not found") from None
+            stored = self._referenced(ref)
             out.update({k: v for k, v in self._named(stored.references).items() if k not in out})
             out[str(ref.get("name"))] = stored.text
         return out

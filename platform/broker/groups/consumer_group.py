@@ -275,6 +275,14 @@ class ConsumerGroup:
         return ErrorCode.none
 
 
+def partitions_by_topic(partitions) -> dict[str, list[int]]:
+    """(topic, partition) pairs as topic -> sorted partitions, topics sorted: how every answer lists them."""
+    out: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        out.setdefault(topic, []).append(partition)
+    return out
+
+
 def _new_member_id() -> str:
     """A member id as Kafka makes one (``Uuid.randomUuid().toString()``: 22 characters of URL-safe base64)."""
     import base64

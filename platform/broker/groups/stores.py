@@ -21,6 +21,7 @@ import struct
 from urllib.parse import unquote
 
 from broker.cluster.znodes import node_name
+from broker.groups.consumer_group import partitions_by_topic
 from broker.log.storage_errors import replace_file
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
@@ -59,9 +60,7 @@ def subscription_topics(metadata: bytes) -> list[str]:
 
 def encode_assignment(partitions) -> bytes:
     """(topic, partition) pairs as the classic consumer protocol's Assignment v0 (what DescribeGroups shows)."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        by_topic.setdefault(topic, []).append(partition)
+    by_topic = partitions_by_topic(partitions)
     out = [struct.pack(">hi", 0, len(by_topic))]
     for topic, numbers in by_topic.items():
         name = topic.encode()

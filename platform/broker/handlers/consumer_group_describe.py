@@ -3,6 +3,7 @@ group and assignment epochs, the assignor, and per member its epoch, subscriptio
 A classic or unknown group is GROUP_ID_NOT_FOUND, as in Kafka (the admin clients then fall back to
 DescribeGroups)."""
 
+from broker.groups.consumer_group import partitions_by_topic
 from broker.groups.group import GroupError
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -20,12 +21,9 @@ def handle(broker, header, request):
     wanted = request.include_authorized_operations
 
     def assignment(partitions) -> object:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(partitions):
-            by_topic.setdefault(topic, []).append(partition)
         return build(assignment_cls, topic_partitions=tuple(
             build(tp_cls, topic_id=broker.topics.get(t).topic_id, topic_name=t, partitions=tuple(ps))
-            for t, ps in by_topic.items() if broker.topics.get(t) is not None))
+            for t, ps in partitions_by_topic(partitions).items() if broker.topics.get(t) is not None))
 
     def failed(group_id: str, error: ErrorCode, message: str | None = None):
         return build(group_cls, error_code=error, error_message=message, group_id=group_id, group_state="",

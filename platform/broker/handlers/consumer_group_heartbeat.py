@@ -6,7 +6,7 @@ librdkafka's consumer)."""
 
 import logging
 
-from broker.groups.consumer_group import HeartbeatError
+from broker.groups.consumer_group import HeartbeatError, partitions_by_topic
 from broker.handlers.registry import handles
 from broker.handlers.join_group import client_host
 from broker.protocol.messages import ErrorCode, build, ms, nested, response_class
@@ -53,10 +53,7 @@ def handle(broker, header, request):
     assignment = None
     if beat.assignment is not None:
         tp_cls, assignment_cls = nested(cls, "TopicPartitions"), nested(cls, "Assignment")
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(beat.assignment):
-            by_topic.setdefault(topic, []).append(partition)
         items = tuple(build(tp_cls, topic_id=topics.get(t).topic_id, partitions=tuple(ps))
-                      for t, ps in by_topic.items() if topics.get(t) is not None)
+                      for t, ps in partitions_by_topic(beat.assignment).items() if topics.get(t) is not None)
         assignment = build(assignment_cls, topic_partitions=items)
     return answer(ErrorCode.none, member_id=beat.member_id, epoch=beat.epoch, assignment=assignment)
