@@ -256,7 +256,7 @@ def test_a_topic_created_again_under_a_running_idempotent_producer_takes_its_nex
 
     for i in range(5):
         producer.produce("again", b"a%d" % i, on_delivery=report)
-    assert producer.flush(30) == 0 and [e for e, _ in reports] == [None] * 5
+    assert producer.flush(30) == 0 and [e is None for e, _ in reports] == [True] * 5
     admin.delete_topics(["again"])["again"].result(30)
     wait_until(lambda: "again" not in admin.list_topics(timeout=10).topics, 30, what="the topic deleted")
     admin.create_topics([NewTopic("again", 1, 1)])["again"].result(30)

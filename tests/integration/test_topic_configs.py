@@ -210,7 +210,7 @@ def test_compression_type_recompresses_at_the_leader(standalone):
     create(standalone.bootstrap, topic, {"compression.type": "zstd"})
     values = [f"value-{i}".encode() * 20 for i in range(200)]
     reports = produce(standalone.bootstrap, topic, values[:100], **{"compression.type": "gzip"})
-    assert [err for err, _, _ in reports] == [None] * 100
+    assert [err is None for err, _, _ in reports] == [True] * 100
     producer = KafkaProducer(bootstrap_servers=standalone.bootstrap, compression_type="lz4", linger_ms=5)
     for value in values[100:]:
         producer.send(topic, value, key=value)
