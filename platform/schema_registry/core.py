@@ -14,6 +14,7 @@ import logging
 
 from schema_registry import avro_json, levels
 from schema_registry.canonical import identity
+from schema_registry.guids import parse_guid, schema_guid
 from schema_registry.schema_kinds import KINDS
 from schema_registry.compatibility import (
     InvalidSchema,
@@ -65,6 +66,10 @@ class Stored:
     references: list[dict] = field(default_factory=list)
     schema_type: str = "AVRO"
 
+    @property
+    def guid(self) -> str:
+        return schema_guid(self.text, self.references)
+
 
 @dataclass
 class Version:
@@ -83,6 +88,7 @@ class Registry:
         self.configs: dict[str | None, dict] = {}  # scope (None: global) -> compatibilityLevel and/or normalize
         self.modes: dict[str | None, str] = {}
         self.max_id = 0
+        self.guids: dict[str, int] = {}  # GUID -> the first schema id with it (Confluent 8's /schemas/guids)
         self._lock = asyncio.Lock()
         self._identities: dict[int, str] = {}  # schema id -> canonical string (a stored id's text never changes)
         self._parsed: dict[int, object] = {}  # schema id -> a JSON or Protobuf schema parsed (protoc is not free)
@@ -116,8 +122,9 @@ class Registry:
             sid = int(value["id"])
             self.max_id = max(self.max_id, sid)
             if sid not in self.schemas:
-                self.schemas[sid] = Stored(sid, value["schema"], value.get("references") or [],
-                                           value.get("schemaType", "AVRO"))
+                self.schemas[sid] = stored = Stored(sid, value["schema"], value.get("references") or [],
+                                                    value.get("schemaType", "AVRO"))
+                self.guids.setdefault(stored.guid, sid)
             versions[int(value["version"])] = Version(int(value["version"]), sid, bool(value.get("deleted")))
         elif kind == "DELETE_SUBJECT" and value is not None:
             for v in self.subjects.get(subject, {}).values():
@@ -167,6 +174,12 @@ class Registry:
         if found is None:
             raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
         return found
+
+    def by_guid(self, guid: str) -> Stored:
+        sid = self.guids.get(parse_guid(guid) or "")
+        if sid is None:
+            raise RegistryError(SCHEMA_NOT_FOUND, f"Schema {guid} not found")
+        return self.schemas[sid]
 
     def subject_names(self, deleted: bool = False) -> list[str]:
         return sorted(s for s, vs in self.subjects.items() if any(deleted or not v.deleted for v in vs.values()))
@@ -408,7 +421,8 @@ class Registry:
             raise RegistryError(NOT_PERMITTED, f"Subject {subject or '(global)'} is in read-only mode")
 
     async def register(self, subject: str, text: str, schema_type: str | None, references: list[dict],
-                       normalize: bool) -> int:
+                       normalize: bool) -> tuple[Version, Stored]:
+        """Register (or find) the schema under the subject: its version there and the stored schema."""
         self._writable(subject)
         normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
@@ -421,7 +435,7 @@ class Registry:
             key = self.key_of(text, kind, references)
             for v in live:
                 if self.same(self.schemas[v.schema_id], key, references, kind):
-                    return v.schema_id  # already registered: same id, no new version
+                    return v, self.schemas[v.schema_id]  # already registered: same id, no new version
             problems = self.incompatibilities(kind, new, await self.parsed_previous(live), self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
@@ -436,7 +450,8 @@ class Registry:
                 value["references"] = references
             await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1},
                                    value)
-            return sid
+            return (self.subjects.get(subject, {}).get(version) or Version(version, sid),
+                    self.schemas.get(sid) or Stored(sid, text, references, kind))
 
     async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         self._writable(subject)

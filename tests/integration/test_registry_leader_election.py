@@ -58,7 +58,7 @@ def test_writes_reach_the_leader_from_either_instance(pair):
     assert status(follower.url)["is_leader"] is False and status(leader)["is_leader"] is True
     # through the follower: forwarded, and readable there at once (read-your-write)
     r = requests.post(f"{follower.url}/subjects/a%2Fb-value/versions", json={"schema": schema(1)}, timeout=30)
-    assert r.status_code == 200 and r.json() == {"id": 1}, r.text
+    assert r.status_code == 200 and r.json()["id"] == 1 and r.json()["version"] == 1, r.text
     assert requests.get(f"{follower.url}/subjects/a%2Fb-value/versions", timeout=10).json() == [1]
     assert requests.get(f"{leader}/schemas/ids/1", timeout=10).status_code == 200
     # the follower forwards the caller's errors unchanged, and admin writes too

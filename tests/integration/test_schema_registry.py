@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from schema_registry.guids import schema_guid
 from support import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -33,6 +34,12 @@ def call(method: str, url: str, body=None, content_type: str = CT, raw: bytes | 
     return r.status_code, (r.json() if r.content else None)
 
 
+def registered(*args, **kwargs):
+    """A registration's status and schema id (the whole answer is checked in test_registry_guids)."""
+    status, answer = call(*args, **kwargs)
+    return status, answer.get("id") if status == 200 else answer
+
+
 def expect_error(result, code: int) -> None:
     status, body = result
     assert body["error_code"] == code, body
@@ -45,12 +52,13 @@ def test_every_endpoint_and_error_code(broker, registry):
     assert call("GET", u + "/") == (200, {})
     assert call("GET", u + "/schemas/types") == (200, ["JSON", "PROTOBUF", "AVRO"])
     for ct in (CT, "application/vnd.schemaregistry+json", "application/json"):
-        assert call("POST", u + "/subjects/pv-value/versions", {"schema": V1}, ct) == (200, {"id": 1})
+        assert registered("POST", u + "/subjects/pv-value/versions", {"schema": V1}, ct) == (200, 1)
     r = requests.get(u + "/subjects/pv-value/versions", timeout=10)
     assert r.headers["content-type"].startswith(CT) and r.json() == [1]  # registering again adds no version
-    assert call("POST", u + "/subjects/pv-value/versions", {"schema": V2}) == (200, {"id": 2})
-    assert call("POST", u + "/subjects/other-value/versions", {"schema": V1}) == (200, {"id": 1})  # global ids
-    assert call("GET", u + "/schemas/ids/2")[1] == {"schema": json.dumps(json.loads(V2), separators=(",", ":"))}
+    assert registered("POST", u + "/subjects/pv-value/versions", {"schema": V2}) == (200, 2)
+    assert registered("POST", u + "/subjects/other-value/versions", {"schema": V1}) == (200, 1)  # global ids
+    v2_text = json.dumps(json.loads(V2), separators=(",", ":"))
+    assert call("GET", u + "/schemas/ids/2")[1] == {"schema": v2_text, "guid": schema_guid(v2_text, [])}
     assert call("GET", u + "/schemas/ids/2/schema")[1] == json.loads(V2)
     assert call("GET", u + "/schemas/ids/1/subjects")[1] == ["other-value", "pv-value"]
     assert call("GET", u + "/schemas/ids/1/versions")[1] == [{"subject": "other-value", "version": 1},
@@ -92,7 +100,7 @@ def test_every_endpoint_and_error_code(broker, registry):
     assert call("GET", u + "/config")[1] == {"compatibilityLevel": "BACKWARD"}
     # references between subjects
     address = record("Address", {"name": "city", "type": "string"})
-    assert call("POST", u + "/subjects/address/versions", {"schema": address}) == (200, {"id": 3})
+    assert registered("POST", u + "/subjects/address/versions", {"schema": address}) == (200, 3)
     user = record("User", {"name": "home", "type": "Address"})
     refs = [{"name": "Address", "subject": "address", "version": 1}]
     status, body = call("POST", u + "/subjects/user/versions", {"schema": user, "references": refs})

@@ -158,12 +158,12 @@ def test_the_stored_text_is_jacksons_compact_form():
 def test_register_look_up_and_compatibility_in_the_registry():
     r = memory_registry()
     v1 = json.dumps(obj({"a": S}, additionalProperties=False))
-    sid = run(r.register("t-value", v1, "JSON", [], False))
+    sid = run(r.register("t-value", v1, "JSON", [], False))[1].schema_id
     stored = r.schema(sid)
     assert stored.schema_type == "JSON" and stored.text == '{"type":"object","properties":{"a":{"type":"string"}},' \
         '"additionalProperties":false}'
     # the same document with other whitespace is the same schema; other key order is not (unless normalized)
-    assert run(r.register("t-value", json.dumps(json.loads(v1), indent=2), "JSON", [], False)) == sid
+    assert run(r.register("t-value", json.dumps(json.loads(v1), indent=2), "JSON", [], False))[1].schema_id == sid
     v, _ = run(r.lookup("t-value", json.dumps(json.loads(v1), indent=1), "JSON", [], False))
     assert v.version == 1
     # the same text as AVRO is another schema type: not found
@@ -173,7 +173,7 @@ def test_register_look_up_and_compatibility_in_the_registry():
     # a closed object can take an optional property; a required one without a default is refused with
     # Confluent's messages, the old version and text at the end
     v2 = json.dumps(obj({"a": S, "b": N}, additionalProperties=False))
-    assert run(r.register("t-value", v2, "JSON", [], False)) == sid + 1
+    assert run(r.register("t-value", v2, "JSON", [], False))[1].schema_id == sid + 1
     v3 = json.dumps(obj({"a": S, "b": N, "c": S}, additionalProperties=False, required=["c"]))
     with pytest.raises(RegistryError) as err:
         run(r.register("t-value", v3, "JSON", [], False))
@@ -210,7 +210,7 @@ def test_references_between_json_subjects():
     run(r.register("address", json.dumps(obj({"street": S})), "JSON", [], False))
     ref = [{"name": "address.json", "subject": "address", "version": 1}]
     person = json.dumps(obj({"home": {"$ref": "address.json"}}))
-    sid = run(r.register("person", person, "JSON", ref, False))
+    sid = run(r.register("person", person, "JSON", ref, False))[1].schema_id
     assert r.schema(sid).references == ref
     assert r.referenced_by("address", 1) == [sid]
     with pytest.raises(RegistryError) as err:

@@ -163,7 +163,7 @@ def test_a_referenced_message_is_compared_unless_it_is_the_same_reference_versio
 def test_register_look_up_serve_and_check_in_the_registry():
     r = memory_registry()
     text = P3 + "package p;\n\nmessage M {\n  string a = 1;\n  int64 b = 2;\n}\n"  # already Confluent's text
-    sid = run(r.register("m-value", text, "PROTOBUF", [], False))
+    sid = run(r.register("m-value", text, "PROTOBUF", [], False))[1].schema_id
     stored = r.schema(sid)
     assert stored.schema_type == "PROTOBUF" and stored.text == text
     encoded = r.serialized(stored, "serialized")
@@ -171,7 +171,7 @@ def test_register_look_up_serve_and_check_in_the_registry():
     assert fd.message_type[0].name == "M"
     assert r.serialized(stored, None) == text
     # the descriptor finds the text's version, and is the same schema
-    assert run(r.register("m-value", encoded, "PROTOBUF", [], False)) == sid
+    assert run(r.register("m-value", encoded, "PROTOBUF", [], False))[1].schema_id == sid
     assert run(r.lookup("m-value", encoded, "PROTOBUF", [], False))[0].version == 1
     # a compatible change, then an incompatible one with Confluent's messages
     run(r.register("m-value", text.replace("}\n", "  bool c = 3;\n}\n"), "PROTOBUF", [], False))
@@ -190,7 +190,7 @@ def test_references_between_protobuf_subjects():
     run(r.register("c.proto", P3 + "package c;\nmessage Geo { double lat = 1; }\n", "PROTOBUF", [], False))
     refs = [{"name": "c.proto", "subject": "c.proto", "version": 1}]
     view = P3 + 'import "c.proto";\nmessage V { c.Geo geo = 1; }\n'
-    sid = run(r.register("v-value", view, "PROTOBUF", refs, False))
+    sid = run(r.register("v-value", view, "PROTOBUF", refs, False))[1].schema_id
     assert r.referenced_by("c.proto", 1) == [sid]
     assert "  .c.Geo geo = 1;\n" in r.schema(sid).text
     with pytest.raises(RegistryError) as err:

@@ -83,7 +83,8 @@ def schema_fields(data: dict) -> tuple[str, str | None, list[dict]]:
 
 def version_body(registry: Registry, subject: str, v: Version, fmt: str | None = None) -> dict:
     stored = registry.schema(v.schema_id)
-    out = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": registry.serialized(stored, fmt)}
+    out = {"subject": subject, "version": v.version, "id": v.schema_id, "guid": stored.guid,
+           "schema": registry.serialized(stored, fmt)}
     if stored.schema_type != "AVRO":
         out["schemaType"] = stored.schema_type
     if stored.references:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schema_registry.core import SCHEMA_TYPES
+from schema_registry.core import SCHEMA_TYPES, RegistryError
 from schema_registry.routes.common import RegistryDep, answer, raw, truthy, version_body
 
 router = APIRouter()
@@ -32,15 +32,35 @@ async def types():
 @router.get("/schemas/ids/{schema_id}")
 async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None,
                        format: str | None = None):  # noqa: A002 (Confluent's name)
-    stored = registry.schema(schema_id)
-    if format == "serialized":
+    return answer(await schema_string(registry, registry.schema(schema_id), format))
+
+
+@router.get("/schemas/guids/{guid}")
+async def schema_by_guid(guid: str, registry: RegistryDep, format: str | None = None):  # noqa: A002
+    """Confluent 8: the schema whose GUID this is (what a header-carried GUID's deserializer asks)."""
+    return answer(await schema_string(registry, registry.by_guid(guid), format))
+
+
+@router.get("/schemas/guids/{guid}/ids")
+async def ids_of_guid(guid: str, registry: RegistryDep):
+    """The ids with this GUID, per context (logbus has the default context only); [] for an unknown GUID."""
+    try:
+        return answer([{"context": ".", "id": registry.by_guid(guid).schema_id}])
+    except RegistryError:
+        return answer([])
+
+
+async def schema_string(registry, stored, fmt: str | None) -> dict:
+    """Confluent's SchemaString: the text (in ``format``), type, references and GUID (that of the stored text)."""
+    if fmt == "serialized":
         await registry.warm(stored)
-    out = {"schema": registry.serialized(stored, format)}
+    out = {"schema": registry.serialized(stored, fmt)}
     if stored.schema_type != "AVRO":
         out["schemaType"] = stored.schema_type
     if stored.references:
         out["references"] = stored.references
-    return answer(out)
+    out["guid"] = stored.guid
+    return out
 
 
 @router.get("/schemas/ids/{schema_id}/schema")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from schema_registry import protobuf_schema
 from schema_registry.routes.common import RegistryDep, answer, body, raw, schema_fields, truthy, version_body
 
 router = APIRouter()
@@ -21,9 +22,22 @@ async def versions(subject: str, registry: RegistryDep, deleted: str | None = No
 
 
 @router.post("/subjects/{subject:path}/versions")
-async def register(subject: str, request: Request, registry: RegistryDep, normalize: str | None = None):
+async def register(subject: str, request: Request, registry: RegistryDep, normalize: str | None = None,
+                   format: str | None = None):  # noqa: A002 (Confluent's name)
     text, schema_type, refs = schema_fields(await body(request))
-    return answer({"id": await registry.register(subject, text, schema_type, refs, truthy(normalize))})
+    v, stored = await registry.register(subject, text, schema_type, refs, truthy(normalize))
+    # Confluent 8's RegisterSchemaResponse: the schema as stored (in ``format``), its version and its GUID. One
+    # deviation: a Protobuf schema sent as a base64 descriptor is answered as one. confluent-kafka's client caches
+    # the answer's text by id and hands it to a ProtobufDeserializer sharing the client, which needs a descriptor.
+    if not format and stored.schema_type == "PROTOBUF" and protobuf_schema.decode(text) is not None:
+        format = "serialized"  # noqa: A001
+    if format == "serialized":
+        await registry.warm(stored)
+    out = {"id": stored.schema_id, "version": v.version, "guid": stored.guid, "schemaType": stored.schema_type}
+    if stored.references:
+        out["references"] = stored.references
+    out["schema"] = registry.serialized(stored, format)
+    return answer(out)
 
 
 @router.get("/subjects/{subject:path}/versions/{version}")
