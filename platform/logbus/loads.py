@@ -23,5 +23,22 @@ def run_load(config_path: str) -> int:
     except LoadConfigError as exc:
         print(f"logbus: config error: {exc}", file=sys.stderr)
         return 2
-    run_cycle(config, say=lambda line: print(line, flush=True))
+    try:
+        run_cycle(config, say=lambda line: print(line, flush=True))
+    except Exception as exc:  # noqa: BLE001 (a failed load is one line and exit 1; the next run recovers)
+        print(f"logbus: load failed: {failure_line(exc)}", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a failed load: the innermost cause Spark's (Java) error names, else the error itself."""
+    text = str(exc).strip() or type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    causes = [line[len("Caused by: "):] for line in lines if line.startswith("Caused by: ")]
+    line = causes[-1] if causes else lines[0]
+    if "No space left on device" in text and "No space left on device" not in line:
+        line += " (No space left on device)"
+    if isinstance(exc, OSError) or not causes:
+        line = f"{type(exc).__name__}: {line}" if not line.startswith(type(exc).__name__) else line
+    return line[:400]

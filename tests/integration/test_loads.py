@@ -268,3 +268,50 @@ def _ok(requests, url: str) -> bool:
         return requests.get(url, timeout=5).status_code == 200
     except requests.RequestException:
         return False
+
+
+def test_a_load_on_a_full_disk_fails_cleanly_and_the_next_one_publishes_exactly_once(broker, registry, tmp_path):
+    """The warehouse's filesystem (a small tmpfs) full while a load writes: the load exits non-zero with one line
+    naming the cause, publishes nothing and leaves the ledger as it was; once space is back, the next load
+    publishes every record once."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(warehouse)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        reg = registry(broker.bootstrap)
+        traffic = Traffic(broker, reg, "full-disk-clicks")
+        traffic.send(1000)
+        config = load_config(tmp_path, broker, reg, "full-disk-clicks")
+        out = run_load(config)
+        assert out.returncode == 0, out.stderr[-3000:]
+        ledger_before = (warehouse / "_ledger.json").read_bytes()
+        traffic.send(3000)
+        filler = warehouse / "filler"
+        with open(filler, "wb") as f:  # the disk full but for 32 KiB: the load's data does not fit
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        os.truncate(filler, max(filler.stat().st_size - 32768, 0))
+        out = run_load(config)
+        assert out.returncode != 0, out.stdout[-3000:]
+        ours = [line for line in out.stderr.splitlines() if line.startswith("logbus: ")]  # (Spark logs around it)
+        assert ours == ["logbus: load failed: java.io.IOException: No space left on device"], out.stderr[-3000:]
+        assert "Traceback" not in out.stderr, out.stderr[-3000:]
+        assert (warehouse / "_ledger.json").read_bytes() == ledger_before
+        assert len(warehouse_rows(tmp_path, "topic=full-disk-clicks")) == 1000  # nothing of the failed load
+        filler.unlink()
+        out = run_load(config)
+        assert out.returncode == 0, out.stderr[-3000:]
+        check_exactly_once(tmp_path, traffic)
+        ledger = json.loads((warehouse / "_ledger.json").read_text())
+        assert sum(ledger["offsets"]["full-disk-clicks"].values()) == 4000
+    finally:
+        subprocess.run(["umount", "-l", str(warehouse)], check=False)
