@@ -131,3 +131,59 @@ def test_the_coordinator_assigns_and_members_come_and_go(broker, tmp_path):
     assert not again, "records read again after the committed offsets"
     c.close()
     assert "UNKNOWN_SERVER_ERROR" not in (broker.output.read_text())
+
+
+def test_a_coordinator_failover_costs_no_rebalance(cluster):
+    """The coordinator of a "consumer"-protocol group killed with SIGKILL: the next one reads the group's state
+    (members, epochs, assignment) from ZooKeeper, as Kafka's reads it from ``__consumer_offsets``, so both members
+    go on heartbeating in their epochs: no partition is revoked or lost, and commits with the member epoch pass."""
+    from broker.groups.coordinator import coordinator_for
+
+    c = cluster(group_consumer_heartbeat_interval_ms=500, group_consumer_session_timeout_ms=15000)
+    topic, group = "kip848-failover", "kip848-failover-group"
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": c.bootstrap})
+    for i in range(MESSAGES):
+        producer.produce(topic, value=b"v", partition=i % PARTITIONS)
+    assert producer.flush(20) == 0
+
+    events: list = []
+
+    def member(name: str) -> Consumer:
+        m = consumer(c.bootstrap, **{"group.id": group})
+        m.subscribe([topic], on_assign=lambda _c, ps: events.append((name, "assign", len(ps))),
+                     on_revoke=lambda _c, ps: events.append((name, "revoke", len(ps))),
+                     on_lost=lambda _c, ps: events.append((name, "lost", len(ps))))
+        return m
+
+    a, b = member("a"), member("b")
+    seen: dict = {}
+    try:
+        wait_until(lambda: settled(a, b, seen=seen), timeout=60, what="a and b two partitions each")
+        before = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        ids = {m.member_id for m in before.members}
+        held = (owned(a), owned(b))
+        events.clear()
+        coordinator = coordinator_for(group, [0, 1, 2])
+        c.brokers[coordinator].kill9()
+        wait_until(lambda: c.registered() == {0, 1, 2} - {coordinator}, 30, what="the coordinator gone")
+        end = time.monotonic() + 8  # heartbeats every 0.5 s: many reach the new coordinator
+        while time.monotonic() < end:
+            pump(a, b, seen=seen)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        after = admin.describe_consumer_groups([group])[group].result(timeout=20)
+        assert after.coordinator.id != coordinator and after.state == ConsumerGroupState.STABLE
+        assert {m.member_id for m in after.members} == ids  # the same members, not new ones
+        assert events == [] and (owned(a), owned(b)) == held  # nothing revoked, lost or assigned again
+        for i in range(MESSAGES):  # and they read on
+            producer.produce(topic, value=b"w", partition=i % PARTITIONS)
+        assert producer.flush(20) == 0
+        wait_until(lambda: pump(a, b, seen=seen) or len(set().union(*seen.values())) >= 2 * MESSAGES, timeout=30,
+                   what="the records written after the failover")
+        a.commit(asynchronous=False)  # with the member epoch, checked by the new coordinator
+        b.commit(asynchronous=False)
+        assert events == []
+    finally:
+        a.close()
+        b.close()

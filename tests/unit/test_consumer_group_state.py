@@ -182,3 +182,25 @@ def test_a_static_member_back_after_minus_two_gets_its_partitions_and_nobody_too
     assert owned["b"].isdisjoint(before)  # held for the static member meanwhile
     back = beat(g, "a2", topics=("t",), instance_id="i")
     assert back.assignment == before
+
+
+def test_a_restored_group_goes_on_where_the_snapshot_left_it():
+    """What a new coordinator reads (snapshot → JSON → restore): members keep their ids, epochs, partitions and
+    a revocation under way; the next heartbeats carry on with no rejoin."""
+    import json
+
+    g = ConsumerGroup("g")
+    a = beat(g, "a", topics=("t",), instance_id="ia")
+    beat(g, "b", topics=("t",))
+    a2 = beat(g, "a", 1, owned=a.assignment)  # a revoking two partitions for b
+    state = json.loads(json.dumps(g.snapshot()))
+    r = ConsumerGroup.restore("g", state, now=100.0)
+    assert r.snapshot() == g.snapshot()
+    assert (r.epoch, r.assignment_epoch, r.static) == (2, 2, {"ia": "a"})
+    assert r.members["a"].state == UNREVOKED and r.members["a"].revoke_deadline == 100.0 + 300
+    assert r.members["a"].last_heartbeat == 100.0
+    a3 = beat(r, "a", 1, owned=a2.assignment, now=100.5)  # the same epoch goes on: no UNKNOWN_MEMBER_ID
+    assert a3.epoch == 2 and r.members["a"].state == STABLE
+    b2 = beat(r, "b", 2, owned=set(), now=100.5)
+    assert len(b2.assignment) == 2 and not b2.assignment & r.members["a"].assigned
+    assert r.expire(100.0 + 44, 45_000) == [] and r.expire(100.6 + 46, 45_000) == ["a", "b"]

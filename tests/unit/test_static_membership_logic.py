@@ -51,6 +51,12 @@ class RecordingStore:
     async def owners(self, group, owners):
         self.owned = dict(owners)
 
+    async def load_consumer_group(self, group):
+        return None
+
+    async def save_consumer_group(self, group, state):
+        pass
+
 
 class FakeBroker:
     def __init__(self, initial_delay_ms: int = 100):

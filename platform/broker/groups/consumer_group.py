@@ -274,6 +274,47 @@ class ConsumerGroup:
             return ErrorCode.stale_member_epoch
         return ErrorCode.none
 
+    # ---- what survives a coordinator's failover --------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The group as the next coordinator needs it (Kafka keeps the same in ``__consumer_offsets``' group records):
+        epochs, the target assignment and each member's place in it; not its timers, which start again there."""
+        def parts(ps):
+            return sorted([t, p] for t, p in ps)
+
+        return {"epoch": self.epoch, "assignment_epoch": self.assignment_epoch, "static": dict(self.static),
+                "target": {mid: parts(ps) for mid, ps in self.target.items()}, "topics": dict(self.topics),
+                "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                             "client_id": m.client_id, "client_host": m.client_host, "topics": list(m.topics),
+                             "regex": m.regex, "assignor": m.assignor, "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                             "epoch": m.epoch, "previous_epoch": m.previous_epoch, "state": m.state,
+                             "assigned": parts(m.assigned), "revoking": parts(m.revoking)}
+                            for m in self.members.values()]}
+
+    @classmethod
+    def restore(cls, group_id: str, data: dict, now: float | None = None) -> "ConsumerGroup":
+        """A group from :meth:`snapshot`: every member's session (and revocation deadline) starts at ``now``."""
+        now = time.monotonic() if now is None else now
+
+        def parts(items):
+            return {(str(t), int(p)) for t, p in items}
+
+        group = cls(group_id)
+        group.epoch, group.assignment_epoch = int(data["epoch"]), int(data["assignment_epoch"])
+        group.static = {str(k): str(v) for k, v in data.get("static", {}).items()}
+        group.target = {mid: parts(ps) for mid, ps in data.get("target", {}).items()}
+        group.topics = {str(t): int(n) for t, n in data.get("topics", {}).items()}
+        for m in data.get("members", []):
+            member = ConsumerMember(
+                m["member_id"], m.get("instance_id"), m.get("rack_id"), m.get("client_id", ""),
+                m.get("client_host", ""), tuple(m.get("topics", ())), m.get("regex"), m.get("assignor"),
+                int(m.get("rebalance_timeout_ms", 300_000)), int(m["epoch"]), int(m.get("previous_epoch", -1)),
+                m.get("state", STABLE), parts(m.get("assigned", [])), parts(m.get("revoking", [])),
+                last_heartbeat=now)
+            if member.revoking:
+                member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
+            group.members[member.member_id] = member
+        return group
+
 
 def partitions_by_topic(partitions) -> dict[str, list[int]]:
     """(topic, partition) pairs as topic -> sorted partitions, topics sorted: how every answer lists them."""

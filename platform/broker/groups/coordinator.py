@@ -50,6 +50,10 @@ class GroupCoordinator:
         self.broker = broker
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # groups on the "consumer" protocol (KIP-848)
+        self._loading: dict[str, asyncio.Future] = {}  # group id -> its state being read from the store
+        self._saved: dict[str, dict | None] = {}  # group id -> the state last handed to the store
+        self._queued: dict[str, dict | None] = {}  # group id -> a state still to write
+        self._saving: dict[str, asyncio.Task] = {}  # group id -> its writer (one at a time, latest state wins)
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
         self.store = None
         self._task: asyncio.Task | None = None
@@ -85,7 +89,7 @@ class GroupCoordinator:
         return group
 
     # ---- the "consumer" protocol (KIP-848) -----------------------------------------------------------------
-    def consumer_heartbeat(self, group_id: str, **beat) -> Beat:
+    async def consumer_heartbeat(self, group_id: str, **beat) -> Beat:
         """One ConsumerGroupHeartbeat (see :meth:`ConsumerGroup.heartbeat` for the arguments); HeartbeatError with
         Kafka's error otherwise. A group id a classic group holds with members is GROUP_ID_NOT_FOUND, as in Kafka
         (not a consumer group)."""
@@ -96,17 +100,71 @@ class GroupCoordinator:
         classic = self.groups.get(group_id)
         if classic is not None and classic.members:
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
-        group = self.consumer_groups.get(group_id)
+        group = await self.consumer_group(group_id)
         if group is None:
             if beat["epoch"] != 0:
                 raise HeartbeatError(ErrorCode.unknown_member_id)
             group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
         epoch_before = group.epoch
-        result = group.heartbeat(**beat)
+        try:
+            result = group.heartbeat(**beat)
+        finally:
+            self._persist(group)  # a refusal can change the group too (a member fenced past its revocation)
         if group.epoch != epoch_before:
             log.info("consumer group %s: group epoch %d, %d member(s), state %s", group_id, group.epoch,
                      len(group.members), group.state)
         return result
+
+    async def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The "consumer"-protocol group, read from the store the first time this coordinator needs it: a group
+        another coordinator ran goes on here with its members, epochs and assignment (Kafka reads the same from
+        ``__consumer_offsets`` when it takes a group over), so a failover costs no rebalance."""
+        group = self.consumer_groups.get(group_id)
+        if group is not None:
+            return group
+        loading = self._loading.get(group_id)
+        if loading is None:
+            loading = self._loading[group_id] = asyncio.ensure_future(self.store.load_consumer_group(group_id))
+            loading.add_done_callback(lambda _f: self._loading.pop(group_id, None))
+        try:
+            state = await asyncio.shield(loading)
+        except Exception as exc:  # noqa: BLE001 (ZooKeeper away: the member retries, as on any coordinator error)
+            raise HeartbeatError(ErrorCode.coordinator_load_in_progress, f"Loading the group failed: {exc}") from None
+        group = self.consumer_groups.get(group_id)  # another request may have loaded or made it meanwhile
+        if group is None and state and state.get("members"):
+            group = self.consumer_groups[group_id] = ConsumerGroup.restore(group_id, state)
+            self._saved[group_id] = state
+            log.info("consumer group %s: taken over at group epoch %d with %d member(s)", group_id, group.epoch,
+                     len(group.members))
+        return group
+
+    def _persist(self, group: ConsumerGroup) -> None:
+        """The group's state handed to the store when it changed; one write at a time per group, the latest
+        state last (a write that fails is logged, and the next change writes the whole state again)."""
+        state = group.snapshot() if group.members else None
+        if self._saved.get(group.group_id) == state:
+            return
+        self._saved[group.group_id] = self._queued[group.group_id] = state
+        if group.group_id not in self._saving:
+            self._saving[group.group_id] = asyncio.get_running_loop().create_task(self._write_state(group.group_id))
+
+    async def _write_state(self, group_id: str) -> None:
+        try:
+            while group_id in self._queued:
+                state = self._queued.pop(group_id)
+                try:
+                    await self.store.save_consumer_group(group_id, state)
+                except Exception as exc:  # noqa: BLE001 (kept in memory; the next change writes it again)
+                    log.warning("consumer group %s: saving its state failed: %s", group_id, exc)
+                    self._saved.pop(group_id, None)
+        finally:
+            self._saving.pop(group_id, None)
+
+    def _forget(self, group_id: str) -> None:
+        """The group is no longer run here: nothing of it is written any more."""
+        self.consumer_groups.pop(group_id, None)
+        self._saved.pop(group_id, None)
+        self._queued.pop(group_id, None)
 
     # ---- membership ---------------------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
@@ -326,8 +384,12 @@ class GroupCoordinator:
             self._maybe_complete(group)
         timeout = self.consumer_session_ms
         for group in list(self.consumer_groups.values()):
+            if self.coordinator_id(group.group_id) != self.broker.node_id:
+                self._forget(group.group_id)  # another broker runs it now, from the store
+                continue
             for member_id in group.expire(now, timeout):
                 log.info("consumer group %s: member %s expired (session timeout)", group.group_id, member_id)
+            self._persist(group)
             if not group.members:
                 del self.consumer_groups[group.group_id]  # its offsets stay in the store
 
@@ -341,6 +403,17 @@ class GroupCoordinator:
         if group_id not in self.offsets:
             self.offsets[group_id] = await self.store.load(group_id)
         return self.offsets[group_id]
+
+    async def load_for_commit(self, group_id: str) -> ErrorCode:
+        """A commit to a "consumer"-protocol group another coordinator ran is checked against its state."""
+        try:
+            self.check(group_id)
+            await self.consumer_group(group_id)
+        except GroupError as exc:
+            return exc.error
+        except HeartbeatError as exc:
+            return exc.error
+        return ErrorCode.none
 
     def check_committer(self, group_id: str, member_id: str, generation: int,
                         instance_id: str | None) -> tuple[ErrorCode, Group | None]:
@@ -366,7 +439,9 @@ class GroupCoordinator:
 
     async def commit(self, group_id: str, member_id: str, generation: int,
                      offsets: dict[tuple[str, int], tuple[int, str]], instance_id: str | None = None) -> ErrorCode:
-        error, group = self.check_committer(group_id, member_id, generation, instance_id)
+        error = await self.load_for_commit(group_id)
+        if error == ErrorCode.none:
+            error, group = self.check_committer(group_id, member_id, generation, instance_id)
         if error != ErrorCode.none:
             return error
         modern = self.consumer_groups.get(group_id)
@@ -444,7 +519,7 @@ class GroupCoordinator:
         modern = self.consumer_groups.get(group_id)
         if modern is not None and modern.members:
             return ErrorCode.non_empty_group
-        self.consumer_groups.pop(group_id, None)
+        self._forget(group_id)
         group = self.groups.get(group_id)
         if group is not None and group.state != DEAD:
             if group.state != EMPTY or group.members:

@@ -26,6 +26,7 @@ from broker.log.storage_errors import replace_file
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 CONSUMERS = "/consumers"
+PROTOCOL_STATE = "protocol_state"  # a "consumer"-protocol group's state (KIP-848), beside the offsets registry
 
 
 def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
@@ -127,6 +128,35 @@ class FileOffsetStore:
             await self._write({g: e for g, e in self.offsets.items() if g != group})
             del self.offsets[group]
 
+    async def load_consumer_group(self, group: str) -> dict | None:
+        """The last saved state of a "consumer"-protocol group (KIP-848), or None."""
+        return self._consumer_groups().get(group)
+
+    async def save_consumer_group(self, group: str, state: dict | None) -> None:
+        """A "consumer"-protocol group's state (None: the group is gone) in ``consumer-groups.json``."""
+        async with self._lock:
+            groups = self._consumer_groups()
+            if state is None and group not in groups:
+                return
+            groups = {g: v for g, v in groups.items() if g != group} | ({group: state} if state is not None else {})
+            await asyncio.to_thread(replace_file, self._groups_path, json.dumps(groups))
+            self._groups_cache = groups
+
+    @property
+    def _groups_path(self) -> str:
+        return os.path.join(os.path.dirname(self.path), "consumer-groups.json")
+
+    def _consumer_groups(self) -> dict:
+        cached = getattr(self, "_groups_cache", None)
+        if cached is None:
+            try:
+                with open(self._groups_path) as f:
+                    cached = json.load(f)
+            except (OSError, ValueError):
+                cached = {}
+            self._groups_cache = cached
+        return cached
+
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         pass
 
@@ -164,17 +194,8 @@ class ZkOffsetStore:
         await self.zk.call(self._commit, group, offsets)
 
     def _commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
-        client = self.zk.client
         for (topic, p), (offset, _meta) in offsets.items():
-            path = f"{CONSUMERS}/{node_name(group)}/offsets/{topic}/{p}"
-            data = str(offset).encode()
-            try:
-                client.set(path, data)
-            except NoNodeError:
-                try:
-                    client.create(path, data, makepath=True)
-                except NodeExistsError:
-                    client.set(path, data)
+            self._persistent(f"{CONSUMERS}/{node_name(group)}/offsets/{topic}/{p}", str(offset).encode())
 
     async def groups(self) -> list[str]:
         """Groups with an offset registry that holds offsets."""
@@ -214,6 +235,38 @@ class ZkOffsetStore:
             self.zk.client.delete(f"{path}/offsets", recursive=True)
         except NoNodeError:
             pass
+
+    async def load_consumer_group(self, group: str) -> dict | None:
+        """The last saved state of a "consumer"-protocol group (KIP-848), or None."""
+        return await self.zk.call(self._load_consumer_group, group)
+
+    def _load_consumer_group(self, group: str) -> dict | None:
+        try:
+            data, _ = self.zk.client.get(f"{CONSUMERS}/{node_name(group)}/{PROTOCOL_STATE}")
+        except NoNodeError:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
+
+    async def save_consumer_group(self, group: str, state: dict | None) -> None:
+        """A "consumer"-protocol group's state in ``/consumers/<group>/protocol_state`` (None deletes it)."""
+        path = f"{CONSUMERS}/{node_name(group)}/{PROTOCOL_STATE}"
+        if state is None:
+            await self.zk.call(self._delete, path)
+        else:
+            await self.zk.call(self._persistent, path, json.dumps(state, separators=(",", ":")).encode())
+
+    def _persistent(self, path: str, data: bytes) -> None:
+        client = self.zk.client
+        try:
+            client.set(path, data)
+        except NoNodeError:
+            try:
+                client.create(path, data, makepath=True)
+            except NodeExistsError:
+                client.set(path, data)
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         await self.zk.call(self._ephemeral, f"{CONSUMERS}/{node_name(group)}/ids/{node_name(member_id)}",

@@ -3,7 +3,7 @@ group and assignment epochs, the assignor, and per member its epoch, subscriptio
 A classic or unknown group is GROUP_ID_NOT_FOUND, as in Kafka (the admin clients then fall back to
 DescribeGroups)."""
 
-from broker.groups.consumer_group import partitions_by_topic
+from broker.groups.consumer_group import HeartbeatError, partitions_by_topic
 from broker.groups.group import GroupError
 from broker.handlers.registry import handles
 from broker.protocol.messages import ErrorCode, build, nested, response_class
@@ -14,7 +14,7 @@ CONSUMER_MEMBER = 1  # v1's MemberType: a member on the consumer protocol
 
 
 @handles(KEY, "ConsumerGroupDescribe", 0, 1)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
@@ -40,7 +40,11 @@ def handle(broker, header, request):
         except GroupError as exc:
             out.append(failed(group_id, exc.error))
             continue
-        group = broker.groups.consumer_groups.get(group_id)
+        try:
+            group = await broker.groups.consumer_group(group_id)
+        except HeartbeatError as exc:
+            out.append(failed(group_id, exc.error))
+            continue
         if group is None or not group.members:
             out.append(failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
             continue

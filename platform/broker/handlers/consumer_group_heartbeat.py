@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 @handles(KEY, "ConsumerGroupHeartbeat", 0, 1)
-def handle(broker, header, request):
+async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     interval = broker.config["group.consumer.heartbeat.interval.ms"]
 
@@ -38,7 +38,7 @@ def handle(broker, header, request):
                 owned |= {(info.name, int(p)) for p in item.partitions}
     names = None if request.subscribed_topic_names is None else tuple(request.subscribed_topic_names)
     try:
-        beat = broker.groups.consumer_heartbeat(
+        beat = await broker.groups.consumer_heartbeat(
             request.group_id, member_id=request.member_id, epoch=int(request.member_epoch),
             instance_id=request.instance_id, rack_id=request.rack_id,
             rebalance_timeout_ms=ms(request.rebalance_timeout), topics=names,

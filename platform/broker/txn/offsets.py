@@ -159,7 +159,9 @@ class TxnOffsets:
     async def commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
                      instance_id: str | None, offsets: Offsets) -> ErrorCode:
         """TxnOffsetCommit on the group's coordinator: checked like OffsetCommit, kept pending."""
-        error, _group = self.broker.groups.check_committer(group_id, member_id, generation, instance_id)
+        error = await self.broker.groups.load_for_commit(group_id)
+        if error == ErrorCode.none:
+            error, _group = self.broker.groups.check_committer(group_id, member_id, generation, instance_id)
         if error != ErrorCode.none:
             return error
         try:
