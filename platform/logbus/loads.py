@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,7 @@ def run_load(config_path: str) -> int:
     try:
         run_cycle(config, say=lambda line: print(line, flush=True))
     except Exception as exc:  # noqa: BLE001 (a failed load is one line and exit 1; the next run recovers)
+        print("load failed; its trace:\n" + "".join(traceback.format_exception(exc)), flush=True)  # the log
         print(f"logbus: load failed: {failure_line(exc)}", file=sys.stderr, flush=True)
         return 1
     return 0
@@ -33,12 +35,16 @@ def run_load(config_path: str) -> int:
 
 def failure_line(exc: BaseException) -> str:
     """One line for a failed load: the innermost cause Spark's (Java) error names, else the error itself."""
-    text = str(exc).strip() or type(exc).__name__
+    try:
+        text = str(exc).strip() or type(exc).__name__
+    except Exception:  # noqa: BLE001 (a py4j error's text asks the JVM, which may be gone)
+        text = type(exc).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     causes = [line[len("Caused by: "):] for line in lines if line.startswith("Caused by: ")]
-    line = causes[-1] if causes else lines[0]
+    java = [line[2:] for line in lines if line.startswith(": ")]  # py4j: ": java.lang.X: message"
+    line = causes[-1] if causes else java[0] if java else lines[0]
     if "No space left on device" in text and "No space left on device" not in line:
         line += " (No space left on device)"
-    if isinstance(exc, OSError) or not causes:
+    if isinstance(exc, OSError) or not (causes or java):
         line = f"{type(exc).__name__}: {line}" if not line.startswith(type(exc).__name__) else line
     return line[:400]

@@ -7,6 +7,7 @@ Domain errors carry Confluent's error codes; the HTTP layer (app.py) only maps t
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -66,8 +67,8 @@ class Stored:
     references: list[dict] = field(default_factory=list)
     schema_type: str = "AVRO"
 
-    @property
-    def guid(self) -> str:
+    @functools.cached_property
+    def guid(self) -> str:  # an id's text and references never change
         return schema_guid(self.text, self.references)
 
 
@@ -121,11 +122,11 @@ class Registry:
                 return
             sid = int(value["id"])
             self.max_id = max(self.max_id, sid)
+            versions[int(value["version"])] = Version(int(value["version"]), sid, bool(value.get("deleted")))
             if sid not in self.schemas:
                 self.schemas[sid] = stored = Stored(sid, value["schema"], value.get("references") or [],
                                                     value.get("schemaType", "AVRO"))
                 self.guids.setdefault(stored.guid, sid)
-            versions[int(value["version"])] = Version(int(value["version"]), sid, bool(value.get("deleted")))
         elif kind == "DELETE_SUBJECT" and value is not None:
             for v in self.subjects.get(subject, {}).values():
                 if v.version <= int(value["version"]):

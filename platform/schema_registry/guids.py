@@ -18,8 +18,12 @@ def schema_guid(text: str, references: list[dict]) -> str:
         for part in (ref.get("name"), ref.get("subject")):
             if part is not None:
                 md5.update(str(part).encode("utf-8"))
-        if ref.get("version") is not None:
-            md5.update(int(ref["version"]).to_bytes(4, "big", signed=True))
+        version = ref.get("version")
+        if version is not None:
+            try:  # a 4-byte int, as Java's putInt writes it; never raises (a record's GUID must always exist)
+                md5.update((int(version) & 0xFFFFFFFF).to_bytes(4, "big"))
+            except (TypeError, ValueError):
+                md5.update(str(version).encode("utf-8"))  # "latest": logbus resolves it; Confluent has no such
     return str(uuid.UUID(bytes=md5.digest()))
 
 

@@ -19,3 +19,14 @@ def test_a_python_error_is_named_with_its_type_on_one_line():
     assert failure_line(ValueError("bad\nsecond line")) == "ValueError: bad"
     assert failure_line(KeyError()) == "KeyError"
     assert len(failure_line(RuntimeError("x" * 2000))) == 400
+
+
+def test_a_py4j_error_without_a_cause_names_its_java_exception():
+    text = "An error occurred while calling o97.load.\n: java.lang.IllegalStateException: no such table\n\tat x\n"
+    assert failure_line(RuntimeError(text)) == "java.lang.IllegalStateException: no such table"
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise ConnectionError("the JVM is gone")
+
+    assert failure_line(Unprintable()) == "Unprintable"

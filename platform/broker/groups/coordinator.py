@@ -37,6 +37,17 @@ from broker.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
+_NOTHING = object()  # no state handed to the store yet (None is a state: the group is gone)
+
+
+def _settle(waiters: list, exc: Exception | None = None) -> None:
+    for waiter in waiters:
+        if waiter.done():
+            continue
+        if exc is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(exc)
 
 
 def coordinator_for(group_id: str, brokers: list[int]) -> int:
@@ -52,8 +63,12 @@ class GroupCoordinator:
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # groups on the "consumer" protocol (KIP-848)
         self._loading: dict[str, asyncio.Future] = {}  # group id -> its state being read from the store
         self._saved: dict[str, dict | None] = {}  # group id -> the state last handed to the store
-        self._queued: dict[str, dict | None] = {}  # group id -> a state still to write
+        self._queued: dict[str, tuple] = {}  # group id -> (a state still to write, futures waiting for it)
+        self._writing: dict[str, tuple] = {}  # group id -> (the state being written, futures waiting for it)
         self._saving: dict[str, asyncio.Task] = {}  # group id -> its writer (one at a time, latest state wins)
+        self._retry_at: dict[str, float] = {}  # group id -> when a write may be tried again after a failure
+        self._absent: set[str] = set()  # groups with no stored state (read once; forgotten when brokers change)
+        self._brokers_seen: tuple = ()
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
         self.store = None
         self._task: asyncio.Task | None = None
@@ -92,15 +107,12 @@ class GroupCoordinator:
     async def consumer_heartbeat(self, group_id: str, **beat) -> Beat:
         """One ConsumerGroupHeartbeat (see :meth:`ConsumerGroup.heartbeat` for the arguments); HeartbeatError with
         Kafka's error otherwise. A group id a classic group holds with members is GROUP_ID_NOT_FOUND, as in Kafka
-        (not a consumer group)."""
-        try:
-            self.check(group_id)
-        except GroupError as exc:
-            raise HeartbeatError(exc.error) from None
-        classic = self.groups.get(group_id)
-        if classic is not None and classic.members:
-            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
+        (not a consumer group). A heartbeat that changed the group is answered once the change is stored (Kafka
+        answers once its records are committed): a coordinator killed after answering leaves its successor the
+        state the members were told."""
+        self._coordinating(group_id)
         group = await self.consumer_group(group_id)
+        self._coordinating(group_id)  # again: the brokers may have changed while the group was read
         if group is None:
             if beat["epoch"] != 0:
                 raise HeartbeatError(ErrorCode.unknown_member_id)
@@ -109,19 +121,37 @@ class GroupCoordinator:
         try:
             result = group.heartbeat(**beat)
         finally:
-            self._persist(group)  # a refusal can change the group too (a member fenced past its revocation)
+            stored = self._persist(group, wait=True)  # a refusal can change the group too (a member fenced)
         if group.epoch != epoch_before:
             log.info("consumer group %s: group epoch %d, %d member(s), state %s", group_id, group.epoch,
                      len(group.members), group.state)
+        if stored is not None:
+            try:
+                await asyncio.shield(stored)
+            except Exception as exc:  # noqa: BLE001 (the member retries; its next heartbeat writes again)
+                raise HeartbeatError(ErrorCode.coordinator_not_available,
+                                     f"The group's state could not be stored: {exc}") from None
         return result
+
+    def _coordinating(self, group_id: str) -> None:
+        try:
+            self.check(group_id)
+        except GroupError as exc:
+            raise HeartbeatError(exc.error) from None
+        classic = self.groups.get(group_id)
+        if classic is not None and classic.members:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
 
     async def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         """The "consumer"-protocol group, read from the store the first time this coordinator needs it: a group
         another coordinator ran goes on here with its members, epochs and assignment (Kafka reads the same from
         ``__consumer_offsets`` when it takes a group over), so a failover costs no rebalance."""
         group = self.consumer_groups.get(group_id)
-        if group is not None:
+        if group is not None or group_id in self._absent:
             return group
+        writer = self._saving.get(group_id)
+        if writer is not None:  # this broker's own last write first: the store must not be read behind it
+            await asyncio.shield(writer)
         loading = self._loading.get(group_id)
         if loading is None:
             loading = self._loading[group_id] = asyncio.ensure_future(self.store.load_consumer_group(group_id))
@@ -131,40 +161,79 @@ class GroupCoordinator:
         except Exception as exc:  # noqa: BLE001 (ZooKeeper away: the member retries, as on any coordinator error)
             raise HeartbeatError(ErrorCode.coordinator_load_in_progress, f"Loading the group failed: {exc}") from None
         group = self.consumer_groups.get(group_id)  # another request may have loaded or made it meanwhile
-        if group is None and state and state.get("members"):
-            group = self.consumer_groups[group_id] = ConsumerGroup.restore(group_id, state)
+        if group is None and isinstance(state, dict) and state.get("members"):
+            try:
+                group = ConsumerGroup.restore(group_id, state)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("consumer group %s: its stored state is unreadable (%r); it starts empty", group_id, exc)
+                group = None
+        if group is not None and group_id not in self.consumer_groups:
+            self.consumer_groups[group_id] = group
             self._saved[group_id] = state
             log.info("consumer group %s: taken over at group epoch %d with %d member(s)", group_id, group.epoch,
                      len(group.members))
+        elif group is None:
+            self._absent.add(group_id)  # read again only once the brokers change (see _expire)
         return group
 
-    def _persist(self, group: ConsumerGroup) -> None:
+    def _persist(self, group: ConsumerGroup, wait: bool = False) -> asyncio.Future | None:
         """The group's state handed to the store when it changed; one write at a time per group, the latest
-        state last (a write that fails is logged, and the next change writes the whole state again)."""
+        state last. With ``wait``, a future done once what the group is now is stored (None: nothing to wait
+        for). After a failed write, writes wait a second (the members' retries are answered with an error)."""
+        gid = group.group_id
         state = group.snapshot() if group.members else None
-        if self._saved.get(group.group_id) == state:
-            return
-        self._saved[group.group_id] = self._queued[group.group_id] = state
-        if group.group_id not in self._saving:
-            self._saving[group.group_id] = asyncio.get_running_loop().create_task(self._write_state(group.group_id))
+        loop = asyncio.get_running_loop()
+        if self._saved.get(gid, _NOTHING) == state:
+            pending = self._queued.get(gid) or self._writing.get(gid)
+            if not wait or pending is None:
+                return None
+            waiter = loop.create_future()
+            pending[1].append(waiter)
+            return waiter
+        if loop.time() < self._retry_at.get(gid, 0.0):
+            if not wait:
+                return None
+            waiter = loop.create_future()
+            waiter.set_exception(OSError("the last write failed a moment ago"))
+            return waiter
+        waiters = self._queued[gid][1] if gid in self._queued else []
+        self._saved[gid] = state
+        self._queued[gid] = (state, waiters)
+        self._absent.discard(gid)
+        waiter = None
+        if wait:
+            waiter = loop.create_future()
+            waiters.append(waiter)
+        if gid not in self._saving:
+            self._saving[gid] = loop.create_task(self._write_state(gid))
+        return waiter
 
     async def _write_state(self, group_id: str) -> None:
         try:
             while group_id in self._queued:
-                state = self._queued.pop(group_id)
+                state, waiters = self._writing[group_id] = self._queued.pop(group_id)
                 try:
                     await self.store.save_consumer_group(group_id, state)
                 except Exception as exc:  # noqa: BLE001 (kept in memory; the next change writes it again)
-                    log.warning("consumer group %s: saving its state failed: %s", group_id, exc)
+                    log.warning("consumer group %s: storing its state failed: %s", group_id, exc)
                     self._saved.pop(group_id, None)
+                    self._retry_at[group_id] = asyncio.get_running_loop().time() + 1.0
+                    _settle(waiters, exc)
+                else:
+                    self._retry_at.pop(group_id, None)
+                    _settle(waiters)
+                finally:
+                    self._writing.pop(group_id, None)
         finally:
             self._saving.pop(group_id, None)
 
-    def _forget(self, group_id: str) -> None:
-        """The group is no longer run here: nothing of it is written any more."""
+    def _forget(self, group_id: str, why: Exception | None = None) -> None:
+        """The group is no longer run here (or is deleted): nothing more of it is written from this broker."""
         self.consumer_groups.pop(group_id, None)
         self._saved.pop(group_id, None)
-        self._queued.pop(group_id, None)
+        queued = self._queued.pop(group_id, None)
+        if queued is not None:
+            _settle(queued[1], why)
 
     # ---- membership ---------------------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
@@ -383,15 +452,20 @@ class GroupCoordinator:
                 self._rebalance_after_loss(group)
             self._maybe_complete(group)
         timeout = self.consumer_session_ms
+        brokers = tuple(sorted(self.broker.cluster.metadata.brokers)) if self.broker.cluster is not None else ()
+        if brokers != self._brokers_seen:  # coordinators move: what another broker stored may be ours now
+            self._brokers_seen = brokers
+            self._absent.clear()
         for group in list(self.consumer_groups.values()):
             if self.coordinator_id(group.group_id) != self.broker.node_id:
-                self._forget(group.group_id)  # another broker runs it now, from the store
+                self._forget(group.group_id, GroupError(ErrorCode.not_coordinator))  # run elsewhere, from the store
                 continue
             for member_id in group.expire(now, timeout):
                 log.info("consumer group %s: member %s expired (session timeout)", group.group_id, member_id)
             self._persist(group)
             if not group.members:
-                del self.consumer_groups[group.group_id]  # its offsets stay in the store
+                del self.consumer_groups[group.group_id]  # its offsets stay in the store; "gone" is being written
+                self._saved.pop(group.group_id, None)
 
     def _background(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -406,6 +480,9 @@ class GroupCoordinator:
 
     async def load_for_commit(self, group_id: str) -> ErrorCode:
         """A commit to a "consumer"-protocol group another coordinator ran is checked against its state."""
+        classic = self.groups.get(group_id)
+        if classic is not None and classic.members:
+            return ErrorCode.none
         try:
             self.check(group_id)
             await self.consumer_group(group_id)
@@ -516,10 +593,12 @@ class GroupCoordinator:
             self.check(group_id)
         except GroupError as exc:
             return exc.error
-        modern = self.consumer_groups.get(group_id)
+        try:  # a "consumer" group another coordinator ran is read first: live members there keep it
+            modern = await self.consumer_group(group_id)
+        except HeartbeatError as exc:
+            return exc.error
         if modern is not None and modern.members:
             return ErrorCode.non_empty_group
-        self._forget(group_id)
         group = self.groups.get(group_id)
         if group is not None and group.state != DEAD:
             if group.state != EMPTY or group.members:
@@ -527,12 +606,18 @@ class GroupCoordinator:
         elif not await self.has_offsets(group_id):
             return ErrorCode.group_id_not_found
         group = self.groups.get(group_id)  # again: a join may have arrived while the offsets were read
-        if group is not None and group.members:
+        modern = self.consumer_groups.get(group_id)
+        if (group is not None and group.members) or (modern is not None and modern.members):
             return ErrorCode.non_empty_group
+        self._forget(group_id)
         self.groups.pop(group_id, None)
         self.offsets.pop(group_id, None)
         site = f"group deletions in {getattr(self.store, 'path', 'ZooKeeper')}"
         try:
+            writer = self._saving.get(group_id)
+            if writer is not None:  # a write under way must not land after the deletion
+                await asyncio.shield(writer)
+            await self.store.save_consumer_group(group_id, None)
             await self.store.delete(group_id)
         except OSError as exc:  # standalone: the offsets file on a full disk
             incidents.failed(site, exc, group_id)

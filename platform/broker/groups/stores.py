@@ -97,6 +97,7 @@ class FileOffsetStore:
         self.path = os.path.join(log_dir, "consumer-offsets.json")
         self._lock = asyncio.Lock()
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
+        self._groups_cache: dict | None = None  # consumer-groups.json, read at the first need
         if os.path.exists(self.path):
             with open(self.path) as f:
                 for group, entries in json.load(f).items():
@@ -147,15 +148,14 @@ class FileOffsetStore:
         return os.path.join(os.path.dirname(self.path), "consumer-groups.json")
 
     def _consumer_groups(self) -> dict:
-        cached = getattr(self, "_groups_cache", None)
-        if cached is None:
+        if self._groups_cache is None:
             try:
                 with open(self._groups_path) as f:
-                    cached = json.load(f)
+                    found = json.load(f)
             except (OSError, ValueError):
-                cached = {}
-            self._groups_cache = cached
-        return cached
+                found = {}
+            self._groups_cache = found if isinstance(found, dict) else {}
+        return self._groups_cache
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         pass

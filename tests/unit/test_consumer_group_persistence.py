@@ -1,0 +1,136 @@
+"""The coordinator's storing of "consumer"-protocol groups (KIP-848) with a fake store: a heartbeat that changed
+the group is answered once the change is stored, a failed write is a retriable error and writes pause for a
+second, a broker reads its own last write back, not an older one, and DeleteGroups sees stored members."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from broker.groups.consumer_group import HeartbeatError
+from broker.groups.coordinator import GroupCoordinator
+from broker.protocol.messages import ErrorCode
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+META = {"t": 4}
+
+
+class SlowStore:
+    """Group states in a dict; each write can be held (``gate``) or made to fail (``failing``)."""
+
+    def __init__(self):
+        self.states: dict[str, dict | None] = {}
+        self.writes: list = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.failing = False
+
+    async def load(self, group):
+        return {}
+
+    async def has(self, group):
+        return False
+
+    async def groups(self):
+        return []
+
+    async def load_consumer_group(self, group):
+        return self.states.get(group)
+
+    async def save_consumer_group(self, group, state):
+        await self.gate.wait()
+        if self.failing:
+            raise OSError("ZooKeeper away")
+        self.states[group] = state
+        self.writes.append(state)
+
+    async def delete(self, group):
+        self.states.pop(group, None)
+
+
+class FakeBroker:
+    def __init__(self):
+        self.config = {"group.initial.rebalance.delay.ms": 0, "group.consumer.session.timeout.ms": 45000}
+        self.cluster = None
+        self.node_id = 0
+
+
+def coordinator(store: SlowStore) -> GroupCoordinator:
+    coord = GroupCoordinator(FakeBroker())
+    coord.store = store
+    return coord
+
+
+async def beat(coord, member_id="", epoch=0, owned=None, topics=("t",)):
+    return await coord.consumer_heartbeat("g", member_id=member_id, epoch=epoch, instance_id=None, rack_id=None,
+                                          rebalance_timeout_ms=-1, topics=topics, regex=None, assignor=None,
+                                          owned=owned, metadata=META)
+
+
+def test_a_changing_heartbeat_is_answered_once_stored_and_a_failed_write_is_retriable():
+    async def main():
+        store = SlowStore()
+        coord = coordinator(store)
+        store.gate.clear()
+        answer = asyncio.ensure_future(beat(coord, "a"))
+        await asyncio.sleep(0.05)
+        assert not answer.done()  # the join waits for its state to be stored
+        store.gate.set()
+        first = await answer
+        assert first.epoch == 1 and store.states["g"]["members"][0]["member_id"] == "a"
+        writes = len(store.writes)
+        await beat(coord, "a", 1, owned=first.assignment)  # nothing changed: nothing written, nothing waited
+        assert len(store.writes) == writes
+        store.failing = True
+        with pytest.raises(HeartbeatError) as err:
+            await beat(coord, "b")
+        assert err.value.error == ErrorCode.coordinator_not_available
+        store.failing = False
+        with pytest.raises(HeartbeatError):  # within a second of the failure: refused without writing
+            await beat(coord, "b", 2, owned=set())
+        await asyncio.sleep(1.05)
+        back = await beat(coord, "b", 2, owned=set())  # b's membership was kept in memory; now it is stored
+        assert back.epoch == 2 and {m["member_id"] for m in store.states["g"]["members"]} == {"a", "b"}
+
+    asyncio.run(main())
+
+
+def test_a_takeover_reads_the_stored_group_and_its_own_last_write_first():
+    async def main():
+        store = SlowStore()
+        old = coordinator(store)
+        a = await beat(old, "a")
+        new = coordinator(store)  # another broker's coordinator, reading what the first stored
+        again = await beat(new, "a", a.epoch, owned=a.assignment)
+        assert again.epoch == a.epoch and new.consumer_groups["g"].members["a"].assigned == a.assignment
+        # the last member leaves while the store is slow; the group is pruned, then asked for again
+        store.gate.clear()
+        leaving = asyncio.ensure_future(beat(new, "a", -1))
+        await asyncio.sleep(0.05)
+        new._expire(0.0)  # the empty group leaves memory; its "gone" is still being written
+        assert "g" not in new.consumer_groups
+        looked_up = asyncio.ensure_future(new.consumer_group("g"))
+        await asyncio.sleep(0.05)
+        assert not looked_up.done()  # it waits for its own write, not reading the older state
+        store.gate.set()
+        await leaving
+        assert await looked_up is None and store.states["g"] is None
+
+    asyncio.run(main())
+
+
+def test_delete_groups_sees_members_another_coordinator_stored():
+    async def main():
+        store = SlowStore()
+        await beat(coordinator(store), "a")
+        other = coordinator(store)
+        assert await other.delete("g") == ErrorCode.non_empty_group  # read from the store, not only memory
+        assert store.states["g"]["members"]
+        corrupt = SlowStore()
+        corrupt.states["g"] = {"members": [{"no": "epoch"}]}
+        fresh = coordinator(corrupt)
+        assert await fresh.consumer_group("g") is None  # an unreadable state: the group starts empty
+        assert (await beat(fresh, "z")).epoch == 1
+
+    asyncio.run(main())
