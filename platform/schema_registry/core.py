@@ -66,10 +66,12 @@ class Stored:
     text: str
     references: list[dict] = field(default_factory=list)
     schema_type: str = "AVRO"
+    metadata: dict | None = None  # Confluent's data contract on the schema (contracts.py)
+    rule_set: dict | None = None
 
     @functools.cached_property
-    def guid(self) -> str:  # an id's text and references never change
-        return schema_guid(self.text, self.references)
+    def guid(self) -> str:  # an id's text, references and contract never change
+        return schema_guid(self.text, self.references, self.metadata, self.rule_set)
 
 
 @dataclass
@@ -125,7 +127,8 @@ class Registry:
             versions[int(value["version"])] = Version(int(value["version"]), sid, bool(value.get("deleted")))
             if sid not in self.schemas:
                 self.schemas[sid] = stored = Stored(sid, value["schema"], value.get("references") or [],
-                                                    value.get("schemaType", "AVRO"))
+                                                    value.get("schemaType", "AVRO"), value.get("metadata"),
+                                                    value.get("ruleSet"))
                 self.guids.setdefault(stored.guid, sid)
         elif kind == "DELETE_SUBJECT" and value is not None:
             for v in self.subjects.get(subject, {}).values():
@@ -328,7 +331,12 @@ class Registry:
             return KINDS[schema_type].identity(text)
         return identity(text, self._resolve(references))
 
-    def same(self, stored: Stored, key: str, references: list[dict], schema_type: str = "AVRO") -> bool:
+    def same(self, stored: Stored, key: str, references: list[dict], schema_type: str = "AVRO",
+             contract: tuple | None = (None, None)) -> bool:
+        """The stored schema is this one: type, references, text and (unless ``contract`` is None: a lookup
+        that sent none) its metadata and rule set, as Confluent's MD5 of a schema covers them."""
+        if contract is not None and (stored.metadata, stored.rule_set) != contract:
+            return False
         return (stored.schema_type == schema_type and stored.references == (references or [])
                 and self.identity_of(stored) == key)
 
@@ -377,7 +385,10 @@ class Registry:
             raise RegistryError(INVALID_SCHEMA, str(exc)) from None
 
     async def lookup(self, subject: str, text: str, schema_type: str | None, references: list[dict],
-                     normalize: bool, deleted: bool = False) -> tuple[Version, Stored]:
+                     normalize: bool, deleted: bool = False, contract: tuple | None = None
+                     ) -> tuple[Version, Stored]:
+        """The latest version of the subject holding this schema; with ``contract`` (metadata, rule set) sent,
+        holding that contract too, else whatever contract the version has."""
         normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
         versions = self.versions(subject, deleted=deleted)
@@ -386,8 +397,18 @@ class Registry:
         key = self.key_of(text, kind, references)
         for v in reversed(versions):
             stored = self.schemas[v.schema_id]
-            if self.same(stored, key, references, kind):
+            if self.same(stored, key, references, kind, contract):
                 return v, stored
+        raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
+
+    def latest_with_metadata(self, subject: str, wanted: dict[str, str], deleted: bool = False) -> Version:
+        """Confluent's ``getLatestWithMetadata``: the latest version whose metadata properties hold every
+        key/value asked (a version without metadata never matches); 40401 without the subject, else 40403."""
+        versions = self.versions(subject, deleted=deleted)
+        for v in reversed(versions):
+            meta = self.schemas[v.schema_id].metadata
+            if meta is not None and wanted.items() <= meta.get("properties", {}).items():
+                return v
         raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
 
     async def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
@@ -422,8 +443,10 @@ class Registry:
             raise RegistryError(NOT_PERMITTED, f"Subject {subject or '(global)'} is in read-only mode")
 
     async def register(self, subject: str, text: str, schema_type: str | None, references: list[dict],
-                       normalize: bool) -> tuple[Version, Stored]:
-        """Register (or find) the schema under the subject: its version there and the stored schema."""
+                       normalize: bool, metadata: dict | None = None, rule_set: dict | None = None
+                       ) -> tuple[Version, Stored]:
+        """Register (or find) the schema under the subject: its version there and the stored schema. Metadata or
+        a rule set not sent are the latest version's, as Confluent's ``maybeSetMetadataRuleSet`` takes them."""
         self._writable(subject)
         normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
@@ -434,25 +457,34 @@ class Registry:
             existing = self.subjects.get(subject, {})
             live = [v for _, v in sorted(existing.items()) if not v.deleted]
             key = self.key_of(text, kind, references)
+            if live:
+                previous = self.schemas[live[-1].schema_id]
+                metadata = previous.metadata if metadata is None else metadata
+                rule_set = previous.rule_set if rule_set is None else rule_set
+            contract = (metadata, rule_set)
             for v in live:
-                if self.same(self.schemas[v.schema_id], key, references, kind):
+                if self.same(self.schemas[v.schema_id], key, references, kind, contract):
                     return v, self.schemas[v.schema_id]  # already registered: same id, no new version
             problems = self.incompatibilities(kind, new, await self.parsed_previous(live), self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
                                     "schema for subject \"" + subject + "\", details: " + json.dumps(problems))
-            sid = next((s.schema_id for s in self.schemas.values() if self.same(s, key, references, kind)),
-                       self.max_id + 1)
+            sid = next((s.schema_id for s in self.schemas.values()
+                        if self.same(s, key, references, kind, contract)), self.max_id + 1)
             version = max(existing, default=0) + 1
             value = {"subject": subject, "version": version, "id": sid, "schema": text, "deleted": False}
             if kind != "AVRO":
                 value["schemaType"] = kind
             if references:
                 value["references"] = references
+            if metadata is not None:
+                value["metadata"] = metadata
+            if rule_set is not None:
+                value["ruleSet"] = rule_set
             await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1},
                                    value)
             return (self.subjects.get(subject, {}).get(version) or Version(version, sid),
-                    self.schemas.get(sid) or Stored(sid, text, references, kind))
+                    self.schemas.get(sid) or Stored(sid, text, references, kind, metadata, rule_set))
 
     async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         self._writable(subject)

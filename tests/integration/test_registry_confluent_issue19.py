@@ -27,7 +27,7 @@ def call(method: str, url: str, body=None):
 
 
 def registered(*args, **kwargs):
-    """A registration's status and schema id (the whole answer is checked in test_registry_guids)."""
+    """A registration's status and schema id (the whole answer is checked in tests/integration/test_registry_guids.py)."""
     status, answer = call(*args, **kwargs)
     return status, answer.get("id") if status == 200 else answer
 

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.responses import Response
 
+from schema_registry import contracts
 from schema_registry.core import INVALID_SCHEMA, Registry, RegistryError, Version
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -81,6 +82,23 @@ def schema_fields(data: dict) -> tuple[str, str | None, list[dict]]:
     return text, data.get("schemaType"), references
 
 
+def contract_fields(data: dict) -> tuple[dict | None, dict | None]:
+    """The request's ``metadata`` and ``ruleSet`` as Confluent keeps them (422, or 42210 for a refused rule)."""
+    try:
+        return contracts.metadata(data.get("metadata")), contracts.rule_set(data.get("ruleSet"))
+    except contracts.ContractError as exc:
+        raise RegistryError(exc.code, str(exc)) from None
+
+
+def with_contract(out: dict, stored) -> dict:
+    """``metadata`` and ``ruleSet`` added to an answer carrying a schema, when it has them."""
+    if stored.metadata is not None:
+        out["metadata"] = stored.metadata
+    if stored.rule_set is not None:
+        out["ruleSet"] = stored.rule_set
+    return out
+
+
 def version_body(registry: Registry, subject: str, v: Version, fmt: str | None = None) -> dict:
     stored = registry.schema(v.schema_id)
     out = {"subject": subject, "version": v.version, "id": v.schema_id, "guid": stored.guid,
@@ -89,4 +107,4 @@ def version_body(registry: Registry, subject: str, v: Version, fmt: str | None =
         out["schemaType"] = stored.schema_type
     if stored.references:
         out["references"] = stored.references
-    return out
+    return with_contract(out, stored)

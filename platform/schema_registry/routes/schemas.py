@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from schema_registry.core import SCHEMA_TYPES, RegistryError
-from schema_registry.routes.common import RegistryDep, answer, raw, truthy, version_body
+from schema_registry.routes.common import RegistryDep, answer, raw, truthy, version_body, with_contract
 
 router = APIRouter()
 
@@ -59,6 +59,7 @@ async def schema_string(registry, stored, fmt: str | None) -> dict:
         out["schemaType"] = stored.schema_type
     if stored.references:
         out["references"] = stored.references
+    with_contract(out, stored)
     out["guid"] = stored.guid
     return out
 

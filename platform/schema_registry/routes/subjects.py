@@ -3,10 +3,22 @@ come before ``/subjects/{subject:path}`` so that a subject holding ``/`` (``%2F`
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 
 from schema_registry import protobuf_schema
-from schema_registry.routes.common import RegistryDep, answer, body, raw, schema_fields, truthy, version_body
+from schema_registry.routes.common import (
+    RegistryDep,
+    answer,
+    body,
+    contract_fields,
+    raw,
+    schema_fields,
+    truthy,
+    version_body,
+    with_contract,
+)
 
 router = APIRouter()
 
@@ -24,8 +36,10 @@ async def versions(subject: str, registry: RegistryDep, deleted: str | None = No
 @router.post("/subjects/{subject:path}/versions")
 async def register(subject: str, request: Request, registry: RegistryDep, normalize: str | None = None,
                    format: str | None = None):  # noqa: A002 (Confluent's name)
-    text, schema_type, refs = schema_fields(await body(request))
-    v, stored = await registry.register(subject, text, schema_type, refs, truthy(normalize))
+    data = await body(request)
+    text, schema_type, refs = schema_fields(data)
+    metadata, rule_set = contract_fields(data)
+    v, stored = await registry.register(subject, text, schema_type, refs, truthy(normalize), metadata, rule_set)
     # Confluent 8's RegisterSchemaResponse: the schema as stored (in ``format``), its version and its GUID. One
     # deviation: a Protobuf schema sent as a base64 descriptor is answered as one. confluent-kafka's client caches
     # the answer's text by id and hands it to a ProtobufDeserializer sharing the client, which needs a descriptor.
@@ -36,8 +50,21 @@ async def register(subject: str, request: Request, registry: RegistryDep, normal
     out = {"id": stored.schema_id, "version": v.version, "guid": stored.guid, "schemaType": stored.schema_type}
     if stored.references:
         out["references"] = stored.references
+    with_contract(out, stored)
     out["schema"] = registry.serialized(stored, format)
     return answer(out)
+
+
+@router.get("/subjects/{subject:path}/metadata")
+async def latest_with_metadata(subject: str, registry: RegistryDep, key: Annotated[list[str] | None, Query()] = None,
+                               value: Annotated[list[str] | None, Query()] = None, deleted: str | None = None,
+                               format: str | None = None):  # noqa: A002 (Confluent's name)
+    """The latest version whose metadata properties hold every ``key``/``value`` pair (Confluent's
+    ``getLatestWithMetadata``, what serializers with ``use.latest.with.metadata`` ask)."""
+    found = registry.latest_with_metadata(subject, dict(zip(key or [], value or [])), truthy(deleted))
+    if format == "serialized":
+        await registry.warm(registry.schema(found.schema_id))
+    return answer(version_body(registry, subject, found, format))
 
 
 @router.get("/subjects/{subject:path}/versions/{version}")
@@ -67,8 +94,11 @@ async def delete_version(subject: str, version: str, registry: RegistryDep, perm
 @router.post("/subjects/{subject:path}")
 async def lookup(subject: str, request: Request, registry: RegistryDep, normalize: str | None = None,
                  deleted: str | None = None):
-    text, schema_type, refs = schema_fields(await body(request))
-    v, _ = await registry.lookup(subject, text, schema_type, refs, truthy(normalize), truthy(deleted))
+    data = await body(request)
+    text, schema_type, refs = schema_fields(data)
+    sent = data.get("metadata") is not None or data.get("ruleSet") is not None
+    v, _ = await registry.lookup(subject, text, schema_type, refs, truthy(normalize), truthy(deleted),
+                                 contract_fields(data) if sent else None)
     return answer(version_body(registry, subject, v))
 
 
