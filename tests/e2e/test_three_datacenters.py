@@ -50,15 +50,23 @@ def where_missing(rows: list[dict], broker_sets: dict[str, str]) -> list[str]:
 
 
 def wait_complete(audit: str, since_ms: int, tiers: set[str], until_ms: int | None = None,
-                  timeout: float = 300, broker_sets: dict[str, str] | None = None) -> list[dict]:
+                  timeout: float = 300, broker_sets: dict[str, str] | None = None,
+                  through_ms: int | None = None) -> list[dict]:
     """Until at least two windows closed since ``since_ms`` (and ending before ``until_ms``) are 100% at every
-    tier of ``tiers`` (and those tiers have rows). On a timeout the message names the rows last seen short."""
+    tier of ``tiers`` (and those tiers have rows), one of them starting at ``through_ms`` or later if given. On a
+    timeout the message names the rows last seen short.
+
+    ``through_ms`` after an outage: a window's row can read 100% before the producers' late counts for it
+    arrive (0 of 0), and a tier's counter can still be waiting out its backoff (up to 30 s). A complete window
+    that starts after the outage proves the counter has read through it: it reads each partition in order."""
     last: list[dict] = []
 
     def complete():
         rows = [r for r in closed_rows(audit, since_ms) if until_ms is None or r["window_end"] <= until_ms]
         mine = last[:] = [r for r in rows if r["tier"] in tiers]
         windows = {r["window_start"] for r in mine}
+        if through_ms is not None and not any(w >= through_ms for w in windows):
+            return None
         if len(windows) >= 2 and {r["tier"] for r in mine} == tiers and all(r["completeness"] == 100.0
                                                                           for r in mine):
             return mine
@@ -163,8 +171,11 @@ def test_two_live_datacenters_into_one_offline(tmp_path, topology_dir):
         out = logbus("up", "--state-dir", str(state), timeout=900)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "live-west-broker1        started" in out.stdout, out.stdout
-        # the returning datacenter catches up: every window since the kill, 100% at every tier
-        wait_complete(audit, killed_at, CLUSTER_TIERS, timeout=420, broker_sets=broker_sets)
+        up_at = int(time.time() * 1000)
+        # the returning datacenter catches up: every window since the kill, 100% at every tier, through a window
+        # that starts after it is back (the CI of 07e2ce4 cut the report while live-west's counter still waited)
+        wait_complete(audit, killed_at, CLUSTER_TIERS, timeout=420, broker_sets=broker_sets,
+                      through_ms=up_at + WINDOW_MS)
 
         # the warehouse against the sum of both sources
         airflow = f"http://127.{net}.2.50:{port['airflow']}"
