@@ -26,7 +26,7 @@ import logging
 import re
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -48,6 +48,16 @@ from audit.reconcile import ROUND
 from logbus.retry import Backoff
 
 log = logging.getLogger(__name__)
+
+
+UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE,
+               KafkaError._MSG_TIMED_OUT}
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A failure to reach the cluster (as librdkafka reports one), not a failure of the counting itself."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return getattr(error, "code", lambda: None)() in UNREACHABLE
 
 
 class IncompleteRound(RuntimeError):
@@ -165,9 +175,26 @@ class TierCounter:
                 log.warning("tier %s: %s: %s; starting again from the last complete round in %.1f s", self.tier,
                             type(exc).__name__, exc, delay)
                 self.restarts += 1
-                deadline = time.monotonic() + delay
-                while not stop() and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                self._wait(delay, stop, probe=_unreachable(exc))
+
+    def _wait(self, delay: float, stop, probe: bool) -> None:
+        """The backoff's pause; after a failure to reach the cluster, cut short once it answers again (asked
+        every 2 s), so that a counter whose backoff grew during an outage counts again within seconds of its end."""
+        now = time.monotonic()
+        deadline, probe_at = now + delay, now + 1.0
+        while not stop() and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if probe and time.monotonic() >= probe_at:
+                probe_at = time.monotonic() + 2.0
+                if self._reachable():
+                    log.info("tier %s: the cluster answers again; starting again now", self.tier)
+                    return
+
+    def _reachable(self) -> bool:
+        try:
+            return bool(self.producer.list_topics(timeout=1.0).brokers)
+        except Exception:  # noqa: BLE001 (any failure to answer is "not yet")
+            return False
 
     def _reset(self) -> None:
         self.counts.clear()

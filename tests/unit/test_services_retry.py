@@ -393,3 +393,25 @@ def test_counter_fetches_wait_for_bytes_within_what_the_config_lets_a_fetch_carr
     assert small.consumer_config["fetch.min.bytes"] == 262144
     own = TierCounter("offline", {**base, "fetch.min.bytes": 1, "client.id": "mine"}, "pv", "http://127.0.0.1:9")
     assert (own.consumer_config["fetch.min.bytes"], own.consumer_config["client.id"]) == (1, "mine")
+
+
+def test_a_counter_that_could_not_reach_its_cluster_starts_again_once_it_answers():
+    """After an outage its backoff has grown (up to 30 s): it is cut short when the cluster answers again. A failure
+    of the counting itself keeps the whole pause."""
+    from types import SimpleNamespace
+
+    counter = _counter()
+    answers = iter([False, True])
+    counter.producer = SimpleNamespace(list_topics=lambda timeout: SimpleNamespace(
+        brokers={1: "b"} if next(answers, True) else {}))
+    started = time.monotonic()
+    counter._wait(30.0, stop=lambda: False, probe=True)
+    assert 2.5 < time.monotonic() - started < 6  # asked at 1 s (no brokers yet), then at 3 s (answers)
+    started = time.monotonic()
+    counter._wait(1.5, stop=lambda: False, probe=False)
+    assert time.monotonic() - started >= 1.5
+    from audit.counter import _unreachable
+
+    assert _unreachable(KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    assert not _unreachable(KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION)))
+    assert not _unreachable(RuntimeError("a bug"))
