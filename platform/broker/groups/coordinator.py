@@ -460,9 +460,11 @@ class GroupCoordinator:
             if self.coordinator_id(group.group_id) != self.broker.node_id:
                 self._forget(group.group_id, GroupError(ErrorCode.not_coordinator))  # run elsewhere, from the store
                 continue
-            for member_id in group.expire(now, timeout):
+            gone = group.expire(now, timeout)
+            for member_id in gone:
                 log.info("consumer group %s: member %s expired (session timeout)", group.group_id, member_id)
-            self._persist(group)
+            if gone:  # (heartbeats store their own changes: no snapshot of every group every tick)
+                self._persist(group)
             if not group.members:
                 del self.consumer_groups[group.group_id]  # its offsets stay in the store; "gone" is being written
                 self._saved.pop(group.group_id, None)
@@ -486,9 +488,7 @@ class GroupCoordinator:
         try:
             self.check(group_id)
             await self.consumer_group(group_id)
-        except GroupError as exc:
-            return exc.error
-        except HeartbeatError as exc:
+        except (GroupError, HeartbeatError) as exc:
             return exc.error
         return ErrorCode.none
 

@@ -89,6 +89,16 @@ def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
         return []
 
 
+def _read_json_object(path: str) -> dict:
+    """A JSON object from a file; {} when the file is missing, unreadable or holds something else."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 class FileOffsetStore:
     """Standalone mode: committed offsets in one JSON file, rewritten whole on every commit. A commit the disk
     refuses raises OSError and changes nothing, in memory or on disk."""
@@ -97,7 +107,8 @@ class FileOffsetStore:
         self.path = os.path.join(log_dir, "consumer-offsets.json")
         self._lock = asyncio.Lock()
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
-        self._groups_cache: dict | None = None  # consumer-groups.json, read at the first need
+        self._groups_path = os.path.join(log_dir, "consumer-groups.json")
+        self._groups_cache = _read_json_object(self._groups_path)  # at start, as the offsets file
         if os.path.exists(self.path):
             with open(self.path) as f:
                 for group, entries in json.load(f).items():
@@ -131,31 +142,17 @@ class FileOffsetStore:
 
     async def load_consumer_group(self, group: str) -> dict | None:
         """The last saved state of a "consumer"-protocol group (KIP-848), or None."""
-        return self._consumer_groups().get(group)
+        return self._groups_cache.get(group)
 
     async def save_consumer_group(self, group: str, state: dict | None) -> None:
         """A "consumer"-protocol group's state (None: the group is gone) in ``consumer-groups.json``."""
         async with self._lock:
-            groups = self._consumer_groups()
+            groups = self._groups_cache
             if state is None and group not in groups:
                 return
             groups = {g: v for g, v in groups.items() if g != group} | ({group: state} if state is not None else {})
             await asyncio.to_thread(replace_file, self._groups_path, json.dumps(groups))
             self._groups_cache = groups
-
-    @property
-    def _groups_path(self) -> str:
-        return os.path.join(os.path.dirname(self.path), "consumer-groups.json")
-
-    def _consumer_groups(self) -> dict:
-        if self._groups_cache is None:
-            try:
-                with open(self._groups_path) as f:
-                    found = json.load(f)
-            except (OSError, ValueError):
-                found = {}
-            self._groups_cache = found if isinstance(found, dict) else {}
-        return self._groups_cache
 
     async def member_joined(self, group: str, member_id: str, data: dict) -> None:
         pass
