@@ -26,6 +26,7 @@ KEYS = {
     "host.name": "127.0.0.1",
     "mode": "READWRITE",
     "max.request.bytes": "10485760",
+    "dek.registry.max.keys": "20000",  # Confluent's cap on KEKs, and on DEKs, of the DEK registry (40972 past it)
     # leader election among writable instances (Confluent's keys): through Kafka's group protocol
     "leader.eligibility": "true",
     "schema.registry.group.id": "schema-registry",
@@ -180,7 +181,8 @@ def roles(value: str | None) -> frozenset[str] | None:
 
 def operation(method: str, path: str) -> str:
     """``read``, ``write`` or ``admin``: GETs, schema lookups (POST /subjects/{s}) and compatibility checks read;
-    registering (POST /subjects/{s}/versions) writes; deletes and changes of /config and /mode administer."""
+    registering (POST /subjects/{s}/versions) and creating KEKs and DEKs write; deletes, undeletes, changes of
+    /config, /mode and KEKs (PUT) and testing a KEK's KMS administer."""
     if method in ("GET", "HEAD", "OPTIONS"):
         return "read"
     parts = [p for p in path.split("/") if p]
@@ -190,4 +192,6 @@ def operation(method: str, path: str) -> str:
         return "read"
     if method == "POST" and parts[:1] == ["subjects"]:
         return "write"
+    if method == "POST" and parts[:2] == ["dek-registry", "v1"] and parts[-1] not in ("undelete", "test"):
+        return "write"  # a producer's serializer creates its KEK and DEKs
     return "admin"

@@ -97,6 +97,9 @@ class Registry:
         self._parsed: dict[int, object] = {}  # schema id -> a JSON or Protobuf schema parsed (protoc is not free)
         self._caught_up: asyncio.Future | None = None  # a new leader's reading of the store to its end
         self.election = None  # schema_registry.election.LeaderElection of a writable instance (set by the service)
+        from schema_registry.deks import DekRegistry  # (imports this module)
+
+        self.deks = DekRegistry(self)  # Confluent's DEK registry: its KEK and DEK records share the store
 
     def become_leader(self) -> None:
         """This instance was just elected: before its first write it reads the store to its end, so the ids it
@@ -144,6 +147,8 @@ class Registry:
                 self.modes.pop(subject, None)
             else:
                 self.modes[subject] = value["mode"]
+        elif kind in ("KEK", "DEK"):
+            self.deks.apply(key, value)
 
     # ---- reads --------------------------------------------------------------------------------------------------
     def level(self, subject: str | None) -> str:

@@ -45,6 +45,7 @@ async def serve(config: RegistryConfig) -> None:
                        create=not readonly, security=config.kafkastore_security.librdkafka(),
                        transactional_id=config["kafkastore.transactional.id"] or None)
     registry = Registry(store, config["schema.compatibility.level"], config["mode"])
+    registry.deks.max_keys = int(config["dek.registry.max.keys"])
     store.apply = registry.apply
     await store.start()
     election = None

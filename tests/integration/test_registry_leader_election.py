@@ -67,7 +67,15 @@ def test_writes_reach_the_leader_from_either_instance(pair):
     assert requests.put(f"{follower.url}/config/a%2Fb-value", json={"compatibility": "FULL"},
                         timeout=30).json() == {"compatibility": "FULL"}
     assert requests.get(f"{follower.url}/config/a%2Fb-value", timeout=10).json() == {"compatibilityLevel": "FULL"}
-    assert status(follower.url)["forwarded"] >= 3
+    # the DEK registry's writes too: a KEK and a DEK created through the follower, read there at once
+    kek = {"name": "k1", "kmsType": "local-kms", "kmsKeyId": "local-kms://k1"}
+    assert requests.post(f"{follower.url}/dek-registry/v1/keks", json=kek, timeout=30).status_code == 200
+    dek = requests.post(f"{follower.url}/dek-registry/v1/keks/k1/deks/a%2Fb-value",
+                        json={"encryptedKeyMaterial": "AAAA"}, timeout=30)
+    assert dek.status_code == 200 and dek.json()["version"] == 1, dek.text
+    assert requests.get(f"{follower.url}/dek-registry/v1/keks/k1/deks", timeout=10).json() == ["a/b-value"]
+    assert requests.get(f"{leader}/dek-registry/v1/keks/k1/deks/a%2Fb-value/versions", timeout=10).json() == [1]
+    assert status(follower.url)["forwarded"] >= 5
     # Confluent's client with both URLs
     client = SchemaRegistryClient({"url": f"{follower.url},{leader}"})
     assert client.register_schema("c-value", Schema(schema(2), "AVRO")) == 2

@@ -97,6 +97,10 @@ def test_registry_operations_and_role_split(tmp_path):
     assert [operation(m, p) for m, p in [("GET", "/config"), ("POST", "/subjects/s"), ("POST", "/compatibility/"
             "subjects/s/versions"), ("POST", "/subjects/s/versions"), ("DELETE", "/subjects/s"),
             ("PUT", "/config/s"), ("PUT", "/mode")]] == ["read", "read", "read", "write", "admin", "admin", "admin"]
+    keks = "/dek-registry/v1/keks"  # a producer's serializer creates its KEK and DEKs; undeleting administers
+    assert [operation(m, keks + p) for m, p in [("GET", "/k/deks/s"), ("POST", ""), ("POST", "/k/deks/s"),
+            ("POST", "/k/deks/s/undelete"), ("POST", "/k/test"), ("PUT", "/k"), ("DELETE", "/k/deks/s")]] == [
+        "read", "write", "write", "admin", "admin", "admin", "admin"]
     (tmp_path / "users").write_text("a: a,admin\nw: w,write\nr: r,read\n")
     base = ["kafkastore.bootstrap.servers=x:1", "authentication.method=BASIC", f"authentication.users.file="
             f"{tmp_path / 'users'}"]
