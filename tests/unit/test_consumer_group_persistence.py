@@ -10,6 +10,7 @@ import pytest
 
 from broker.groups.consumer_group import HeartbeatError
 from broker.groups.coordinator import GroupCoordinator
+from broker.groups.stores import StaleGroupState
 from broker.protocol.messages import ErrorCode
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
@@ -132,5 +133,33 @@ def test_delete_groups_sees_members_another_coordinator_stored():
         fresh = coordinator(corrupt)
         assert await fresh.consumer_group("g") is None  # an unreadable state: the group starts empty
         assert (await beat(fresh, "z")).epoch == 1
+
+    asyncio.run(main())
+
+
+def test_a_write_refused_as_stale_drops_the_group_and_reads_it_again():
+    """The store refuses a write made over an older state than it holds (another coordinator wrote since): the
+    heartbeat is NOT_COORDINATOR, this coordinator forgets the group and the next heartbeat reads the store's."""
+    async def main():
+        store = SlowStore()
+        coord = coordinator(store)
+        a = await beat(coord, "a")
+        other = coordinator(store)  # a successor: member b joins there, so the stored group has a and b
+        await beat(other, "b")
+        assert set(other.consumer_groups["g"].members) == {"a", "b"}
+
+        original = store.save_consumer_group
+
+        async def stale(group, state):
+            raise StaleGroupState("written by another coordinator")
+
+        store.save_consumer_group = stale
+        with pytest.raises(HeartbeatError) as refused:
+            await beat(coord, "c")  # a new member on the old coordinator: its write is behind the store's
+        assert refused.value.error == ErrorCode.not_coordinator and "g" not in coord.consumer_groups
+        store.save_consumer_group = original
+        await beat(coord, "a", a.epoch, owned=a.assignment)  # read again: b is there, c is not
+        assert set(coord.consumer_groups["g"].members) == {"a", "b"}
+        assert coord.consumer_groups["g"].epoch == other.consumer_groups["g"].epoch
 
     asyncio.run(main())

@@ -28,6 +28,7 @@ from broker.groups.group import (
 )
 from broker.groups.stores import (
     FileOffsetStore,
+    StaleGroupState,
     ZkOffsetStore,
     assignment_partitions,
     subscription_topics,
@@ -128,6 +129,8 @@ class GroupCoordinator:
         if stored is not None:
             try:
                 await asyncio.shield(stored)
+            except StaleGroupState as exc:  # another coordinator wrote the group: read again on the next request
+                raise HeartbeatError(ErrorCode.not_coordinator, str(exc)) from None
             except Exception as exc:  # noqa: BLE001 (the member retries; its next heartbeat writes again)
                 raise HeartbeatError(ErrorCode.coordinator_not_available,
                                      f"The group's state could not be stored: {exc}") from None
@@ -214,6 +217,10 @@ class GroupCoordinator:
                 state, waiters = self._writing[group_id] = self._queued.pop(group_id)
                 try:
                     await self.store.save_consumer_group(group_id, state)
+                except StaleGroupState as exc:  # what this broker holds is behind the store: drop it, read again
+                    log.warning("consumer group %s: %s; reading it again", group_id, exc)
+                    _settle(waiters, exc)
+                    self._forget(group_id, exc)
                 except Exception as exc:  # noqa: BLE001 (kept in memory; the next change writes it again)
                     log.warning("consumer group %s: storing its state failed: %s", group_id, exc)
                     self._saved.pop(group_id, None)
@@ -619,6 +626,8 @@ class GroupCoordinator:
                 await asyncio.shield(writer)
             await self.store.save_consumer_group(group_id, None)
             await self.store.delete(group_id)
+        except StaleGroupState:  # another coordinator stored the group meanwhile: it is not ours to delete
+            return ErrorCode.not_coordinator
         except OSError as exc:  # standalone: the offsets file on a full disk
             incidents.failed(site, exc, group_id)
             return ErrorCode.not_coordinator

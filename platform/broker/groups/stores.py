@@ -23,10 +23,17 @@ from urllib.parse import unquote
 from broker.cluster.znodes import node_name
 from broker.groups.consumer_group import partitions_by_topic
 from broker.log.storage_errors import replace_file
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 CONSUMERS = "/consumers"
 PROTOCOL_STATE = "protocol_state"  # a "consumer"-protocol group's state (KIP-848), beside the offsets registry
+STALE = -2  # a group whose write was refused: no write until it is read again
+
+
+class StaleGroupState(Exception):
+    """Another coordinator wrote a "consumer"-protocol group's state since this broker read or wrote it: this
+    broker's write is refused (a compare-and-set on the znode's version), so no coordinator overwrites what another
+    stored. The coordinator forgets the group and reads it again."""
 
 
 def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
@@ -169,6 +176,8 @@ class ZkOffsetStore:
 
     def __init__(self, zk):
         self.zk = zk
+        # group -> protocol_state's znode version last read or written (-1: no znode; STALE: read before writing)
+        self._versions: dict[str, int] = {}
 
     async def load(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
         return await self.zk.call(self._load, group)
@@ -239,21 +248,58 @@ class ZkOffsetStore:
 
     def _load_consumer_group(self, group: str) -> dict | None:
         try:
-            data, _ = self.zk.client.get(f"{CONSUMERS}/{node_name(group)}/{PROTOCOL_STATE}")
+            data, stat = self.zk.client.get(f"{CONSUMERS}/{node_name(group)}/{PROTOCOL_STATE}")
         except NoNodeError:
+            self._versions[group] = -1
             return None
+        self._versions[group] = stat.version
         try:
             return json.loads(data)
         except ValueError:
             return None
 
     async def save_consumer_group(self, group: str, state: dict | None) -> None:
-        """A "consumer"-protocol group's state in ``/consumers/<group>/protocol_state`` (None deletes it)."""
+        """A "consumer"-protocol group's state in ``/consumers/<group>/protocol_state`` (None deletes it), written
+        only over the version this broker last read or wrote: StaleGroupState when another coordinator wrote it
+        meanwhile (a group this broker never read is written as before, unconditionally)."""
+        data = None if state is None else json.dumps(state, separators=(",", ":")).encode()
+        await self.zk.call(self._save_consumer_group, group, data)
+
+    def _save_consumer_group(self, group: str, data: bytes | None) -> None:
         path = f"{CONSUMERS}/{node_name(group)}/{PROTOCOL_STATE}"
-        if state is None:
-            await self.zk.call(self._delete, path)
-        else:
-            await self.zk.call(self._persistent, path, json.dumps(state, separators=(",", ":")).encode())
+        client, expected = self.zk.client, self._versions.get(group)
+        try:
+            if expected == STALE:
+                raise StaleGroupState(f"{path} changed since this broker read it; it must be read again first")
+            if expected is None:  # never read here (a deletion of a group not loaded): as before
+                if data is None:
+                    self._delete(path)
+                else:
+                    self._persistent(path, data)
+                return
+            if data is None:
+                if expected >= 0:
+                    client.delete(path, version=expected)
+                elif client.exists(path) is not None:
+                    raise StaleGroupState(f"{path} was created by another coordinator")
+                self._versions[group] = -1
+            elif expected < 0:
+                client.create(path, data, makepath=True)
+                self._versions[group] = 0
+            else:
+                self._versions[group] = client.set(path, data, version=expected).version
+        except (BadVersionError, NodeExistsError):
+            self._versions[group] = STALE  # read again before the next write
+            raise StaleGroupState(f"{path} was written by another coordinator since version {expected}") from None
+        except NoNodeError:
+            if data is None:
+                self._versions[group] = -1
+                return
+            self._versions[group] = STALE
+            raise StaleGroupState(f"{path} was deleted by another coordinator") from None
+        except StaleGroupState:
+            self._versions[group] = STALE
+            raise
 
     def _persistent(self, path: str, data: bytes) -> None:
         client = self.zk.client
