@@ -49,6 +49,9 @@ class SlowStore:
     async def delete(self, group):
         self.states.pop(group, None)
 
+    async def commit(self, group, offsets):
+        pass
+
 
 class FakeBroker:
     def __init__(self):
@@ -161,5 +164,22 @@ def test_a_write_refused_as_stale_drops_the_group_and_reads_it_again():
         await beat(coord, "a", a.epoch, owned=a.assignment)  # read again: b is there, c is not
         assert set(coord.consumer_groups["g"].members) == {"a", "b"}
         assert coord.consumer_groups["g"].epoch == other.consumer_groups["g"].epoch
+
+    asyncio.run(main())
+
+
+def test_a_consumer_protocol_member_commits_with_offset_commit_v9():
+    """Kafka's ConsumerGroup.validateOffsetCommit: UNSUPPORTED_VERSION below v9 for a member of the "consumer"
+    protocol (after the member is known, before its epoch is checked); a simple commit to an empty group, any."""
+    async def main():
+        coord = coordinator(SlowStore())
+        a = await beat(coord, "a")
+        offsets = {("t", 0): (5, "")}
+        assert await coord.commit("g", "a", a.epoch, offsets, api_version=8) == ErrorCode.unsupported_version
+        assert await coord.commit("g", "a", a.epoch + 7, offsets, api_version=8) == ErrorCode.unsupported_version
+        assert await coord.commit("g", "nobody", a.epoch, offsets, api_version=8) == ErrorCode.unknown_member_id
+        assert await coord.commit("g", "a", a.epoch, offsets, api_version=9) == ErrorCode.none
+        assert await coord.commit("g", "a", a.epoch + 7, offsets, api_version=9) == ErrorCode.stale_member_epoch
+        assert await coord.commit("h", "", -1, offsets, api_version=2) == ErrorCode.none
 
     asyncio.run(main())

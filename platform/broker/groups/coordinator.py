@@ -522,8 +522,14 @@ class GroupCoordinator:
         return ErrorCode.none, group
 
     async def commit(self, group_id: str, member_id: str, generation: int,
-                     offsets: dict[tuple[str, int], tuple[int, str]], instance_id: str | None = None) -> ErrorCode:
+                     offsets: dict[tuple[str, int], tuple[int, str]], instance_id: str | None = None,
+                     api_version: int = 9) -> ErrorCode:
         error = await self.load_for_commit(group_id)
+        modern = self.consumer_groups.get(group_id)
+        if error == ErrorCode.none and api_version < 9 and modern is not None and member_id in modern.members:
+            # Kafka's ConsumerGroup.validateOffsetCommit: a member of the "consumer" protocol commits with v9+
+            # (its member epoch is the generation), checked after the member is known and before its epoch
+            return ErrorCode.unsupported_version
         if error == ErrorCode.none:
             error, group = self.check_committer(group_id, member_id, generation, instance_id)
         if error != ErrorCode.none:

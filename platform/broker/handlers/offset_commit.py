@@ -33,7 +33,7 @@ async def handle(broker, header, request):
     if offsets:
         error = await broker.groups.commit(request.group_id, request.member_id,
                                            request.generation_id_or_member_epoch, offsets,
-                                           getattr(request, "group_instance_id", None))
+                                           getattr(request, "group_instance_id", None), header.api_version)
     topics = tuple(build(topic_cls, name=topic.name, partitions=tuple(
         build(partition_cls, partition_index=p.partition_index,
               error_code=refused.get((topic.name, p.partition_index)) or (
