@@ -170,3 +170,39 @@ def update_hash(md5, meta: dict | None, rules: dict | None) -> None:
                     md5.update(b"\x01")
         if rules.get("enableAt") is not None:
             md5.update(rules["enableAt"].encode())
+
+
+def merge_metadata(old: dict | None, new: dict | None) -> dict | None:
+    """Confluent's ``Metadata.mergeMetadata``: ``new``'s tags (by path) and properties over ``old``'s, the sensitive
+    names of both; either alone when the other is absent."""
+    if old is None or new is None:
+        return new if old is None else old
+    return _non_empty({"tags": dict(sorted({**old.get("tags", {}), **new.get("tags", {})}.items())),
+                       "properties": dict(sorted({**old.get("properties", {}), **new.get("properties", {})}.items())),
+                       "sensitive": sorted(set(old.get("sensitive", [])) | set(new.get("sensitive", [])))})
+
+
+def merge_rule_sets(old: dict | None, new: dict | None) -> dict | None:
+    """Confluent's ``RuleSet.mergeRuleSets``: per list, ``old``'s rules not named in ``new``'s, then ``new``'s;
+    ``new``'s ``enableAt`` if it has one."""
+    if old is None or new is None:
+        return new if old is None else old
+    out: dict = {}
+    for key in RULE_LISTS:
+        before, after = old.get(key) or [], new.get(key) or []
+        names = {r.get("name") for r in after}
+        merged = [r for r in before if r.get("name") not in names] + after if before and after else after or before
+        if merged:
+            out[key] = merged
+    enable_at = new.get("enableAt") or old.get("enableAt")
+    if enable_at is not None:
+        out["enableAt"] = enable_at
+    return out
+
+
+def with_config(config: dict, meta: dict | None, rules: dict | None) -> tuple[dict | None, dict | None]:
+    """Confluent's ``maybeSetMetadataRuleSet``: the config's default contract under the schema's, its override
+    contract over both (the config in scope: the subject's over the global one)."""
+    meta = merge_metadata(merge_metadata(config.get("defaultMetadata"), meta), config.get("overrideMetadata"))
+    rules = merge_rule_sets(merge_rule_sets(config.get("defaultRuleSet"), rules), config.get("overrideRuleSet"))
+    return meta, rules

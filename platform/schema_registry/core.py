@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import logging
 
-from schema_registry import avro_json, levels
+from schema_registry import avro_json, contracts, levels
 from schema_registry.canonical import identity
 from schema_registry.guids import parse_guid, schema_guid
 from schema_registry.schema_kinds import KINDS
@@ -26,7 +26,9 @@ from schema_registry.compatibility import (
 
 log = logging.getLogger("schema_registry.core")
 
-CONFIG_KEYS = ("compatibilityLevel", "normalize")  # of a CONFIG record's value, as Confluent writes them
+# of a CONFIG record's value, as Confluent writes them: the level, normalize, and the data contract settings
+CONFIG_KEYS = ("compatibilityLevel", "normalize", "compatibilityGroup", "defaultMetadata", "overrideMetadata",
+               "defaultRuleSet", "overrideRuleSet")
 SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
 SUBJECT_SOFT_DELETED, SUBJECT_NOT_SOFT_DELETED = 40404, 40405
 VERSION_SOFT_DELETED, VERSION_NOT_SOFT_DELETED = 40406, 40407
@@ -165,9 +167,12 @@ class Registry:
         if subject is not None and to_global:
             config = {**self.configs.get(None, {}), **config}
         shown = {"compatibilityLevel": config.get("compatibilityLevel") or self.default_level}
-        if "normalize" in config:
-            shown["normalize"] = config["normalize"]
+        shown.update((k, config[k]) for k in CONFIG_KEYS[1:] if k in config)
         return shown
+
+    def config_in_scope(self, subject: str | None) -> dict:
+        """Confluent's ``getConfigInScope``: a subject's config over the global one, or the global one."""
+        return {**self.configs.get(None, {}), **self.configs.get(subject, {})}
 
     def normalizing(self, subject: str | None) -> bool:
         """The ``normalize`` config (Confluent's): the subject's if set, else the global one, else false. A request's
@@ -466,10 +471,17 @@ class Registry:
                 previous = self.schemas[live[-1].schema_id]
                 metadata = previous.metadata if metadata is None else metadata
                 rule_set = previous.rule_set if rule_set is None else rule_set
+            config = self.config_in_scope(subject)
+            metadata, rule_set = contracts.with_config(config, metadata, rule_set)
             contract = (metadata, rule_set)
             for v in live:
                 if self.same(self.schemas[v.schema_id], key, references, kind, contract):
                     return v, self.schemas[v.schema_id]  # already registered: same id, no new version
+            group = config.get("compatibilityGroup")  # only versions of the same group's value are checked
+            if group is not None:
+                ours = (metadata or {}).get("properties", {}).get(group)
+                live = [v for v in live
+                        if (self.schemas[v.schema_id].metadata or {}).get("properties", {}).get(group) == ours]
             problems = self.incompatibilities(kind, new, await self.parsed_previous(live), self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
@@ -539,8 +551,9 @@ class Registry:
             return v.version
 
     async def set_config(self, subject: str | None, changes: dict | None) -> dict | None:
-        """Update a scope's config as Confluent's ConfigValue.update: ``changes`` maps ``compatibilityLevel`` /
-        ``normalize`` to a new value, or to None to clear it; what it does not name stays. ``changes`` None deletes
+        """Update a scope's config as Confluent's ConfigValue.update: ``changes`` maps ``compatibilityLevel``,
+        ``normalize`` or a contract setting (already in its written form) to a new value, or to None to clear it;
+        what it does not name stays. ``changes`` None deletes
         the scope's config (a tombstone). Returns the config written."""
         self._writable(subject)
         await self._ready()
@@ -553,8 +566,10 @@ class Registry:
             for key, new in changes.items():
                 if new is None:
                     value.pop(key, None)
+                elif key == "compatibilityLevel":
+                    value[key] = new.upper()
                 else:
-                    value[key] = new.upper() if key == "compatibilityLevel" else bool(new)
+                    value[key] = bool(new) if key == "normalize" else new
         await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0}, value)
         return value
 

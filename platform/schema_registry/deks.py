@@ -248,7 +248,8 @@ class DekRegistry:
                 await self._put_kek(dict(old, deleted=False))
 
     async def create_dek(self, kek_name: str, subject: str, version: int | None, algorithm: str | None,
-                         encrypted: str | None, deleted: bool = False, rewrap: bool = False) -> tuple[dict, bytes | None]:
+                         encrypted: str | None, deleted: bool = False,
+                         rewrap: bool = False) -> tuple[dict, bytes | None]:
         """A DEK (version 1 and AES256_GCM unless told) and, for a shared KEK, its raw key material."""
         algorithm = algorithm or DEFAULT_ALGORITHM
         version = MIN_VERSION if version is None else version

@@ -153,3 +153,66 @@ def test_confluents_serializers_run_the_rules_the_registry_keeps(broker, registr
     assert reader(old, ctx) == {"id": "c", "count": 7}  # version 1's record, migrated to version 2 by the rule
     assert reader(good, ctx) == {"id": "a", "count": 3}
     assert SchemaRegistryClient({"url": url}).get_latest_with_metadata("orders-value", {"major": "1"}).version == 1
+
+
+def test_the_configs_default_and_override_contracts_and_compatibility_group(broker, registry):
+    """Confluent's config-level contracts, set with confluent-kafka's ``set_config``: a default rule set and metadata
+    go under every schema registered in the scope, an override over it (the subject's config over the global one),
+    and the serializer runs the rule it never sent; ``compatibilityGroup`` checks only versions of the same value."""
+    from confluent_kafka.schema_registry import ServerConfig
+
+    executors()
+    url = start(registry, broker, "_schemas_config_contracts")
+    client = SchemaRegistryClient({"url": url})
+    rule = Rule("checkN", None, RuleKind.CONDITION, RuleMode.WRITE, "CEL", None, None, "message.n >= 0", None, None,
+                False)
+    client.set_config(config=ServerConfig(default_rule_set=RuleSet(None, [rule]), default_metadata=Metadata(
+        None, MetadataProperties({"owner": "platform", "tier": "gold"}), None)))
+    client.set_config("orders-value", ServerConfig(override_metadata=Metadata(None, MetadataProperties(
+        {"tier": "silver"}), None)))
+    shown = requests.get(f"{url}/config", timeout=10).json()
+    assert shown["defaultRuleSet"] == {"domainRules": [{"name": "checkN", "kind": "CONDITION", "mode": "WRITE",
+                                                        "type": "CEL", "expr": "message.n >= 0", "disabled": False}]}
+    assert client.get_config().default_metadata.properties.properties == {"owner": "platform", "tier": "gold"}
+
+    # registered without a contract: the global default under it, the subject's override over it
+    sid = client.register_schema("orders-value", Schema(ORDER_TEXT, "AVRO"))
+    got = requests.get(f"{url}/subjects/orders-value/versions/1", timeout=10).json()
+    assert got["id"] == sid and got["metadata"] == {"properties": {"owner": "platform", "tier": "silver"}}
+    assert got["ruleSet"] == shown["defaultRuleSet"]
+    assert client.register_schema("orders-value", Schema(ORDER_TEXT, "AVRO")) == sid  # the same: no new version
+    serializer = AvroSerializer(client, ORDER_TEXT, conf={"auto.register.schemas": False, "use.latest.version": True})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    serializer({"id": "a", "n": 1}, ctx)
+    with pytest.raises(SerializationError):  # the config's rule, run by the client
+        serializer({"id": "b", "n": -1}, ctx)
+    # a schema's own rule of the same name replaces the default's; an override rule set replaces both
+    own = {"name": "checkN", "kind": "CONDITION", "mode": "WRITE", "type": "CEL", "expr": "message.n < 100"}
+    status, body = post(f"{url}/subjects/other-value/versions",
+                        {"schema": ORDER_TEXT, "ruleSet": {"domainRules": [own]}})
+    assert status == 200 and body["ruleSet"]["domainRules"][0]["expr"] == "message.n < 100"
+    assert body["metadata"] == {"properties": {"owner": "platform", "tier": "gold"}}
+    r = requests.put(f"{url}/config/other-value", json={"overrideRuleSet": {"domainRules": [dict(own, expr="true")]}},
+                     timeout=10)
+    assert r.status_code == 200 and r.json()["overrideRuleSet"]["domainRules"][0]["expr"] == "true"
+    status, body = post(f"{url}/subjects/other-value/versions", {"schema": ORDER_TEXT})
+    assert status == 200 and body["version"] == 2 and body["ruleSet"]["domainRules"][0]["expr"] == "true"
+    bad = requests.put(f"{url}/config", json={"defaultRuleSet": {"domainRules": [dict(own, name="9")]}}, timeout=10)
+    assert (bad.status_code, bad.json()["error_code"]) == (422, 42210)
+
+    # compatibilityGroup: a new major version starts its own line of compatibility
+    requests.put(f"{url}/config", json={"defaultRuleSet": None, "defaultMetadata": None}, timeout=10)
+    requests.put(f"{url}/config/users-value", json={"compatibility": "BACKWARD",
+                                                    "compatibilityGroup": "application.major.version"}, timeout=10)
+    v1 = {"type": "record", "name": "User", "fields": [{"name": "a", "type": "string"}]}
+    v2 = {"type": "record", "name": "User", "fields": [{"name": "b", "type": "int"}]}  # not BACKWARD of v1
+
+    def register(schema: dict, major: str) -> tuple[int, dict]:
+        return post(f"{url}/subjects/users-value/versions", {"schema": json.dumps(schema), "metadata": {
+            "properties": {"application.major.version": major}}})
+
+    assert register(v1, "1")[0] == 200
+    assert register(v2, "1")[0] == 409  # the same group: checked against v1
+    assert register(v2, "2")[0] == 200  # another group: nothing to be compatible with
+    assert requests.get(f"{url}/config/users-value", timeout=10).json()["compatibilityGroup"] == \
+        "application.major.version"

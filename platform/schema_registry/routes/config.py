@@ -1,4 +1,6 @@
-"""``/config``: the compatibility level and ``normalize``, global and per subject, as Confluent's config: an update
+"""``/config``: the compatibility level, ``normalize``, ``compatibilityGroup`` and the default and override data
+contracts (``defaultMetadata``, ``overrideMetadata``, ``defaultRuleSet``, ``overrideRuleSet``: merged into every
+schema registered in the scope, ``contracts.with_config``), global and per subject, as Confluent's config: an update
 changes what it names (null clears a setting) and answers with the config it leaves; GET shows what is set, the
 level filled in with the server's default where a config has none."""
 
@@ -6,10 +8,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from schema_registry import contracts
+from schema_registry.core import RegistryError
 from schema_registry.routes.common import RegistryDep, answer, body, error, truthy
 
 router = APIRouter()
-_NAMES = {"compatibility": "compatibilityLevel", "normalize": "normalize"}  # request field -> stored key
+_CONTRACTS = {"defaultMetadata": contracts.metadata, "overrideMetadata": contracts.metadata,
+              "defaultRuleSet": contracts.rule_set, "overrideRuleSet": contracts.rule_set}
+# request field -> stored key
+_NAMES = {"compatibility": "compatibilityLevel", "normalize": "normalize", "compatibilityGroup": "compatibilityGroup",
+          **{name: name for name in _CONTRACTS}}
 
 
 async def _update(registry, subject: str | None, request: Request):
@@ -17,11 +25,18 @@ async def _update(registry, subject: str | None, request: Request):
     normalize = update.get("normalize")
     if normalize is not None and not isinstance(normalize, bool):
         return error(400, f"normalize must be true or false, not {normalize!r}")
-    written = await registry.set_config(subject, {stored: update[name] for name, stored in _NAMES.items()
-                                                  if name in update})
+    group = update.get("compatibilityGroup")
+    if group is not None and not isinstance(group, str):
+        return error(422, "Unprocessable entity: compatibilityGroup must be a string")
+    try:  # a contract setting in its written form (422, or 42210 for a rule set Confluent refuses)
+        parsed = {name: read(update[name]) for name, read in _CONTRACTS.items() if name in update}
+    except contracts.ContractError as exc:
+        raise RegistryError(exc.code, str(exc)) from None
+    changes = {stored: parsed.get(name, update[name]) for name, stored in _NAMES.items() if name in update}
+    written = await registry.set_config(subject, changes)
     out = {"compatibility": written["compatibilityLevel"]} if "compatibilityLevel" in written else {}
-    if "normalize" in written:
-        out["normalize"] = written["normalize"]
+    out.update((name, written[stored]) for name, stored in _NAMES.items()
+               if name != "compatibility" and stored in written)
     return answer(out)
 
 
