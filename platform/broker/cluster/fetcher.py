@@ -343,6 +343,8 @@ class LeaderFetcher:
                 if incidents.any:
                     incidents.succeeded(self._site(plog))
         plog.high_watermark = max(min(p.high_watermark, plog.log_end_offset), plog.log_start_offset)
+        if p.log_start_offset > plog.log_start_offset:  # DeleteRecords on the leader (or its retention), as Kafka's
+            plog.advance_start(p.log_start_offset, asyncio.get_running_loop().call_later)  # followers take it
 
     def _refused(self, f: Followed, exc: OSError) -> None:
         """The disk refused a write of this partition's log: retry it from the same offset a little later."""

@@ -12,6 +12,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     create_partitions,
     create_topics,
     delete_acls,
+    delete_records,
     delete_groups,
     delete_topics,
     describe_acls,

@@ -541,6 +541,26 @@ class PartitionLog:
         self.segments[i:i + len(olds)] = [fresh]
         self._bases[i:i + len(olds)] = [fresh.base_offset]
 
+    def advance_start(self, offset: int, schedule_delete) -> int:
+        """DeleteRecords (or a follower taking its leader's log start): the log starts at ``offset`` at the latest
+        (never past the high watermark, never backwards); segments wholly below it go as retention's do, the rest
+        of the first one stays on disk but is no longer read (a fetch below is OFFSET_OUT_OF_RANGE). Returns the
+        log start offset."""
+        offset = min(offset, self.high_watermark)
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        self.log_start_offset = offset
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            self._bases.pop(0)
+            self._delete_later(self.segments.pop(0), schedule_delete)
+        self.epochs.truncate_from_start(offset)
+        try:
+            self.txn_index.drop_before(offset)
+        except OSError as exc:  # kept whole: entries below the log start are never collected anyway
+            incidents.failed(f"transaction indexes in {log_dir_of(self.dir)}", exc, self.dir)
+        log.info("%s-%d: log start offset %d", self.topic, self.partition, offset)
+        return offset
+
     def _delete_later(self, segment: LogSegment, schedule_delete) -> None:
         """Rename to ``.deleted`` now; close and unlink after ``file.delete.delay.ms`` so in-flight
         sendfile calls on the old descriptors finish."""
