@@ -135,6 +135,13 @@ class FileOffsetStore:
         snapshot = {g: [[t, p, o, m] for (t, p), (o, m) in e.items()] for g, e in offsets.items()}
         await asyncio.to_thread(replace_file, self.path, json.dumps(snapshot))
 
+    async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        """OffsetDelete: these partitions' committed offsets go (OSError: nothing changed)."""
+        async with self._lock:
+            kept = {tp: v for tp, v in self.offsets.get(group, {}).items() if tp not in set(partitions)}
+            await self._write({**self.offsets, group: kept})
+            self.offsets[group] = kept
+
     async def groups(self) -> list[str]:
         """Groups with committed offsets."""
         return [g for g, entries in self.offsets.items() if entries]
@@ -202,6 +209,19 @@ class ZkOffsetStore:
     def _commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         for (topic, p), (offset, _meta) in offsets.items():
             self._persistent(f"{CONSUMERS}/{node_name(group)}/offsets/{topic}/{p}", str(offset).encode())
+
+    async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        """OffsetDelete: the partitions' nodes of the offset registry."""
+        await self.zk.call(self._delete_offsets, group, partitions)
+
+    def _delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        base = f"{CONSUMERS}/{node_name(group)}/offsets"
+        for topic, p in partitions:
+            self._delete(f"{base}/{topic}/{p}")
+            try:  # the topic's node once it holds no partition (a registry without the topic)
+                self.zk.client.delete(f"{base}/{topic}")
+            except (NoNodeError, NotEmptyError):
+                pass
 
     async def groups(self) -> list[str]:
         """Groups with an offset registry that holds offsets."""

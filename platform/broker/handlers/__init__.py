@@ -35,6 +35,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     list_transactions,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
