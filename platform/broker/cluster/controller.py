@@ -261,7 +261,66 @@ class Controller:
             return state.with_(leader=-1, leader_epoch=state.leader_epoch + 1, controller_epoch=ce)
         return None
 
-    async def _write_state(self, topic: str, p: int, state: znodes.PartitionState, create: bool) -> None:
+    # ---- ElectLeaders (an admin's request) ------------------------------------------------------------------
+    async def elect(self, partitions: list[tuple[str, int]] | None, unclean: bool
+                    ) -> dict[tuple[str, int], tuple[str, int]]:
+        """Kafka's ``electLeaders`` on the active controller: per partition (None: every partition) the outcome's
+        error name and the leader elected (-1 for none). PREFERRED: the first assigned replica leads if it is live
+        and in the ISR (PREFERRED_LEADER_NOT_AVAILABLE otherwise, ELECTION_NOT_NEEDED when it leads already).
+        UNCLEAN: only a partition without a live leader gets one, from the ISR first, else any live replica
+        (ELIGIBLE_LEADERS_NOT_AVAILABLE when none lives). Asked for all partitions, ELECTION_NOT_NEEDED ones are
+        left out of the answer, as in Kafka."""
+        live = await self._live_brokers()
+        wanted = partitions
+        if wanted is None:
+            wanted = []
+            for topic in await self.zk.children(znodes.TOPICS):
+                data, _ = await self.zk.get_or_none(znodes.topic_path(topic))
+                if data is not None:
+                    wanted += [(topic, p) for p in sorted(znodes.decode_assignment(data).partitions)]
+        out = {}
+        for topic, p in wanted:
+            for _attempt in range(3):  # a state changed meanwhile (an ISR update) is read again
+                outcome, leader = await self._elect_one(topic, p, live, unclean)
+                if outcome != "retry":
+                    break
+            else:
+                outcome, leader = "not_controller" if not self.active else "request_timed_out", -1
+            if partitions is not None or outcome != "election_not_needed":
+                out[(topic, p)] = (outcome, leader)
+        return out
+
+    async def _elect_one(self, topic: str, p: int, live: set[int], unclean: bool) -> tuple[str, int]:
+        data, _ = await self.zk.get_or_none(znodes.topic_path(topic))
+        replicas = znodes.decode_assignment(data).partitions.get(p) if data is not None else None
+        raw, stat = await self.zk.get_or_none(znodes.state_path(topic, p))
+        if replicas is None or raw is None:
+            return "unknown_topic_or_partition", -1
+        state = znodes.decode_state(raw, stat.version)
+        isr_live = tuple(r for r in replicas if r in state.isr and r in live)
+        if not unclean:
+            if state.leader == replicas[0]:
+                return "election_not_needed", state.leader
+            if replicas[0] not in isr_live:
+                return "preferred_leader_not_available", -1
+            new = state.with_(leader=replicas[0], leader_epoch=state.leader_epoch + 1, isr=isr_live,
+                              controller_epoch=self.epoch)
+        else:
+            if state.leader in live and state.leader in replicas:
+                return "election_not_needed", state.leader
+            alive = [r for r in replicas if r in live]
+            if not alive:
+                return "eligible_leaders_not_available", -1
+            chosen = isr_live[0] if isr_live else alive[0]
+            new = state.with_(leader=chosen, leader_epoch=state.leader_epoch + 1,
+                              isr=isr_live or (chosen,), controller_epoch=self.epoch)
+        if not await self._write_state(topic, p, new, create=False):
+            return "retry", -1
+        return "none", new.leader
+
+    async def _write_state(self, topic: str, p: int, state: znodes.PartitionState, create: bool) -> bool:
+        """The partition's new state, written only over the version it was decided from and while this controller's
+        epoch stands; False when refused."""
         if create:
             await self.zk.ensure(f"{znodes.partitions_path(topic)}/{p}")
         t = self.zk.client.transaction()
@@ -273,9 +332,10 @@ class Controller:
         results = await self.zk.call(t.commit)
         if isinstance(results[0], (BadVersionError, NoNodeError)):
             self._resign(f"controller epoch {self.epoch} is fenced")
-            return
+            return False
         if isinstance(results[1], Exception):
             self._kick()  # the leader changed the ISR meanwhile: decide again on fresh state
-            return
+            return False
         log.info("partition %s-%d: leader %d, epoch %d, isr %s", topic, p, state.leader, state.leader_epoch,
                  list(state.isr))
+        return True
