@@ -253,6 +253,36 @@ def test_kafka_python_sees_the_same_codes(cluster):
         consumer.close()
 
 
+def test_the_admin_apis_need_their_acls(cluster):
+    """DeleteRecords needs Delete on the topic, OffsetDelete Delete on the group, DescribeLogDirs Describe and
+    ElectLeaders Alter on the cluster: refused to a user without them with Kafka's codes."""
+    from confluent_kafka import ElectionType
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.errors import GroupAuthorizationFailedError
+
+    topic = cluster.topic()
+    produce(cluster.conf("admin"), topic, 5)
+    cluster.allow("User:bob", AclOperation.DESCRIBE, ResourceType.TOPIC, topic)  # he sees it, may not delete
+    bob = AdminClient(cluster.conf("bob"))
+    with pytest.raises(KafkaException) as refused:
+        bob.delete_records([TopicPartition(topic, 0, 1)])[TopicPartition(topic, 0, 1)].result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as refused:
+        bob.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    kbob = KafkaAdminClient(**cluster.kafka_python("bob"), request_timeout_ms=30000)
+    try:
+        assert all(answer["log_dirs"] == [] for answer in kbob.describe_log_dirs())  # CLUSTER_AUTHORIZATION_FAILED
+        with pytest.raises(GroupAuthorizationFailedError):
+            kbob.delete_group_offsets("bob-group", [KTopicPartition(topic, 0)])
+    finally:
+        kbob.close()
+    cluster.allow("User:bob", AclOperation.DELETE, ResourceType.TOPIC, topic)
+    assert bob.delete_records([TopicPartition(topic, 0, 1)])[TopicPartition(topic, 0, 1)].result(30).low_watermark \
+        in (0, 1)  # partition 0 holds some of the 5 records, or none
+
+
 def test_metadata_hides_topics_and_create_needs_create(cluster):
     mine, other = cluster.topic("alice"), cluster.topic("secret")
     alice = cluster.admin("alice")
