@@ -40,6 +40,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
+    partition_reassignments,
     produce,
     sasl_authenticate,
     sasl_handshake,
