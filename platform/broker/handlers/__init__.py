@@ -21,6 +21,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
