@@ -5,6 +5,7 @@ AdminClient; ``--command-config`` as ``logbus topics``):
     --describe --group G | --all-groups             GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG
                [--offsets | --members [--verbose] | --state]     CONSUMER-ID HOST CLIENT-ID ("-" where unknown)
     --delete --group G | --all-groups               DeleteGroups; a group with members is refused (NON_EMPTY_GROUP)
+    --delete-offsets --group G --topic T[:P,P]      OffsetDelete; TOPIC PARTITION STATUS (kafka-python's admin)
     --reset-offsets --group G --topic T[:P,P] | --all-topics
         --to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N | --to-datetime YYYY-MM-DDTHH:mm:SS.sss
         [--dry-run (default) | --execute]           GROUP TOPIC PARTITION NEW-OFFSET; only an inactive group
@@ -41,7 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bootstrap-server", required=True, help="any broker, host:port")
     parser.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*)")
     actions = parser.add_mutually_exclusive_group()
-    for name in ("list", "describe", "delete", "reset-offsets"):
+    for name in ("list", "describe", "delete", "delete-offsets", "reset-offsets"):
         actions.add_argument(f"--{name}", dest="action", action="store_const", const=name)
     parser.add_argument("--group", action="append", default=[], help="a group (repeatable)")
     parser.add_argument("--all-groups", action="store_true")
@@ -320,6 +321,59 @@ def delete(g: Groups) -> int:
     return 0
 
 
+def _kafka_python_admin(args):
+    """kafka-python's admin client (confluent-kafka's has no OffsetDelete), with ``--command-config``'s security
+    keys translated by the same settings home as librdkafka's."""
+    from kafka import KafkaAdminClient
+
+    from settings.properties import read_properties
+    from settings.security import ClientSecurity
+
+    from settings.properties import ConfigError
+
+    quiet = logging.getLogger("kafka")  # its log lines would break the one-line errors (answers carry them)
+    quiet.propagate, quiet.handlers = False, [logging.NullHandler()]
+    props = read_properties(args.command_config) if args.command_config else {}
+    try:
+        security = ClientSecurity.from_properties(props).kafka_python()
+    except ConfigError as exc:
+        raise AdminError(f"--command-config {args.command_config}: {exc}") from None
+    return KafkaAdminClient(bootstrap_servers=args.bootstrap_server, request_timeout_ms=args.timeout, **security)
+
+
+def delete_offsets(g: Groups) -> int:
+    """kafka-consumer-groups.sh's ``--delete-offsets``: one group, one or more topics (all their partitions unless
+    named). The whole request refused is one line; a partition refused is its row's status."""
+    from kafka import TopicPartition as KTopicPartition
+    from kafka import errors as kerrors
+
+    args = g.args
+    if len(args.group) != 1 or args.all_groups:
+        raise AdminError("--delete-offsets takes exactly one --group")
+    if not args.topic:
+        raise AdminError("--delete-offsets needs --topic T[:P,P]")
+    topics, partitions = g.topics(), []
+    for topic, parts in parse_topics(args.topic):
+        known = sorted(topics[topic].partitions) if topic in topics and not topics[topic].error else None
+        if known is None:
+            raise AdminError(f"Topic {topic} does not exist (UNKNOWN_TOPIC_OR_PART)")
+        partitions += [(topic, p) for p in (parts if parts is not None else known)]
+    group, admin = args.group[0], None
+    try:
+        admin = _kafka_python_admin(args)
+        result = admin.delete_group_offsets(group, [KTopicPartition(t, p) for t, p in partitions])
+    except kerrors.KafkaError as exc:
+        raise AdminError(f"Deletion of offsets of group '{group}' failed: {type(exc).__name__}") from None
+    finally:
+        if admin is not None:
+            admin.close()
+    statuses = {(tp.topic, tp.partition): ("Successful" if error is kerrors.NoError else f"Error:{error.__name__}")
+                for tp, error in result.items()}
+    print(f"Request succeed for deleting offsets from group {group}.\n")
+    print(table(["TOPIC", "PARTITION", "STATUS"], [[t, str(p), statuses.get((t, p), "-")] for t, p in partitions]))
+    return 0
+
+
 def reset(g: Groups) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -371,9 +425,11 @@ def reset(g: Groups) -> int:
 
 
 def consumer_groups(args) -> int:
-    commands = {"list": list_groups, "describe": describe, "delete": delete, "reset-offsets": reset}
+    commands = {"list": list_groups, "describe": describe, "delete": delete, "delete-offsets": delete_offsets,
+                "reset-offsets": reset}
     if args.action is None:
-        raise AdminError("consumer-groups needs exactly one action: --list, --describe, --delete, --reset-offsets")
+        raise AdminError("consumer-groups needs exactly one action: --list, --describe, --delete, "
+                         "--delete-offsets, --reset-offsets")
     if args.timeout <= 0:
         raise AdminError(f"--timeout {args.timeout}: must be positive (ms)")
     if args.action != "list" and args.group and args.all_groups:

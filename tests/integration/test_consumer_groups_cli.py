@@ -308,3 +308,27 @@ def test_describe_a_group_with_offsets_of_a_topic_the_cluster_lacks(target):
     assert table[("events", "0")]["LAG"] == str(PER_PARTITION - 3)
     if ("vanishing", "0") in table:  # the broker may have dropped a deleted topic's offsets, as Kafka does
         assert (table[("vanishing", "0")]["LOG-END-OFFSET"], table[("vanishing", "0")]["LAG"]) == ("-", "-")
+
+
+def test_delete_offsets(target):
+    """``--delete-offsets`` (OffsetDelete through kafka-python): the named partitions' offsets go, the others stay;
+    a topic the live members subscribe to is refused in its rows; an unknown group is one line."""
+    bootstrap, _cluster = target
+    commit(bootstrap, "partly", {0: 3, 1: 4, 2: 5})
+    out = ok(bootstrap, "--delete-offsets", "--group", "partly", "--topic", "events:0,2")
+    assert out.splitlines()[0] == "Request succeed for deleting offsets from group partly."
+    assert rows(out, "TOPIC PARTITION STATUS") == [
+        {"TOPIC": "events", "PARTITION": "0", "STATUS": "Successful"},
+        {"TOPIC": "events", "PARTITION": "2", "STATUS": "Successful"}]
+    assert committed(bootstrap, "partly") == {1: 4}
+    live = member(bootstrap, "partly")
+    try:
+        out = ok(bootstrap, "--delete-offsets", "--group", "partly", "--topic", "events")
+        assert {r["STATUS"] for r in rows(out, "TOPIC PARTITION STATUS")} == {"Error:GroupSubscribedToTopicError"}
+    finally:
+        live.close()
+    assert committed(bootstrap, "partly") == {1: 4}
+    assert refused(bootstrap, "--delete-offsets", "--group", "nobody-here", "--topic", "events") == (
+        "logbus: Deletion of offsets of group 'nobody-here' failed: GroupIdNotFoundError")
+    assert refused(bootstrap, "--delete-offsets", "--group", "partly") == \
+        "logbus: --delete-offsets needs --topic T[:P,P]"
