@@ -2,10 +2,10 @@
 
 ``logbus topics --bootstrap-server B list|describe|create|alter|delete`` (kafka-topics.sh, whose ``--list``,
 ``--alter``, ... spellings are accepted too) through the Kafka protocol (confluent-kafka's AdminClient), against
-any broker; ``alter --partitions N`` grows a topic (CreatePartitions); ``logbus reassign-partitions --zookeeper
-Z --plan FILE [--verify]`` (the classic kafka-reassign-partitions.sh) writes the plan to
-``/admin/reassign_partitions`` for the controller, which adds the new replicas, waits until they are in sync,
-then drops the old ones.
+any broker; ``alter --partitions N`` grows a topic (CreatePartitions); ``logbus reassign-partitions
+--bootstrap-server B | --zookeeper Z --plan FILE [--execute | --verify | --cancel]`` (kafka-reassign-partitions.sh)
+sends the plan to the controller (AlterPartitionReassignments) or writes it to ``/admin/reassign_partitions`` (the
+classic tool's way); the controller adds the new replicas, waits until they are in sync, then drops the old ones.
 """
 
 from __future__ import annotations
@@ -142,12 +142,76 @@ def read_plan(path: str) -> dict[tuple[str, int], list[int]]:
     return plan
 
 
+def kafka_python_admin(bootstrap: str, command_config: str | None, timeout_ms: int = 30000):
+    """kafka-python's admin client (for what confluent-kafka's cannot ask: OffsetDelete, reassignments), with
+    ``--command-config``'s security keys translated by the settings home; its log lines silenced (answers and
+    exceptions carry what matters, and the CLI's errors are one line)."""
+    import logging
+
+    from kafka import KafkaAdminClient
+
+    from settings.properties import ConfigError, read_properties
+    from settings.security import ClientSecurity
+
+    quiet = logging.getLogger("kafka")
+    quiet.propagate, quiet.handlers = False, [logging.NullHandler()]
+    props = read_properties(command_config) if command_config else {}
+    try:
+        security = ClientSecurity.from_properties(props).kafka_python()
+    except ConfigError as exc:
+        raise AdminError(f"--command-config {command_config}: {exc}") from None
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, **security)
+
+
+def reassign_through_brokers(args, plan: dict[tuple[str, int], list[int]]) -> int:
+    """kafka-reassign-partitions.sh with ``--bootstrap-server``: AlterPartitionReassignments (``--execute``,
+    ``--cancel``) and ListPartitionReassignments with the topics' replicas (``--verify``), through the controller."""
+    from kafka import TopicPartition
+    from kafka import errors as kerrors
+
+    admin = None
+    try:
+        admin = kafka_python_admin(args.bootstrap_server, args.command_config)
+        keys = {TopicPartition(t, p): (t, p) for t, p in plan}
+        if args.verify:
+            ongoing = admin.list_partition_reassignments(list(keys))
+            topics = _admin(args.bootstrap_server, args.command_config).list_topics(timeout=10).topics
+            done = True
+            print("Status of partition reassignment:")
+            for tp, (topic, p) in sorted(keys.items(), key=lambda kv: kv[1]):
+                found = topics.get(topic)
+                now = list(found.partitions[p].replicas) if found is not None and p in found.partitions else None
+                state = "still in progress" if tp in ongoing else \
+                    "complete" if now == plan[(topic, p)] else "not started or failed"
+                done &= state == "complete"
+                print(f"Reassignment of partition {topic}-{p} is {state}.")
+            return 0 if done else 3
+        result = admin.alter_partition_reassignments({tp: None if args.cancel else plan[key]
+                                                      for tp, key in keys.items()})
+    except kerrors.KafkaError as exc:
+        raise AdminError(f"reassignment through {args.bootstrap_server}: {type(exc).__name__}") from None
+    finally:
+        if admin is not None:
+            admin.close()
+    failed = [f"{tp.topic}-{tp.partition}: {error.__name__}" for tp, error in sorted(result.items())
+              if error is not None and error is not kerrors.NoError]
+    if failed:
+        raise AdminError("reassignment refused for " + "; ".join(failed))
+    names = ",".join(f"{t}-{p}" for t, p in sorted(plan))
+    print(f"Successfully {'cancelled' if args.cancel else 'started'} partition reassignments for {names}")
+    return 0
+
+
 def reassign(args) -> int:
     from broker.cluster import znodes
     from kazoo.client import KazooClient
     from kazoo.exceptions import NodeExistsError
 
     plan = read_plan(args.plan)
+    if args.bootstrap_server:
+        return reassign_through_brokers(args, plan)
+    if args.cancel:
+        raise AdminError("--cancel needs --bootstrap-server (a cancellation goes through the controller)")
     zk = KazooClient(hosts=args.zookeeper, timeout=10)
     try:
         zk.start(timeout=15)

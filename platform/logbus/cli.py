@@ -325,10 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     security_init.set_defaults(func=_security_init)
 
     reassign = verbs.add_parser("reassign-partitions", help="move partition replicas (Kafka's reassignment JSON)")
-    reassign.add_argument("--zookeeper", required=True, help="host:port/chroot of the cluster")
-    reassign.add_argument("--plan", required=True, help='{"version":1,"partitions":[{"topic","partition",'
-                                                        '"replicas"}]}')
-    reassign.add_argument("--verify", action="store_true", help="report progress instead of starting")
+    where = reassign.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap-server", help="any broker: AlterPartitionReassignments through the controller")
+    where.add_argument("--zookeeper", help="host:port/chroot of the cluster (the classic tool's way)")
+    reassign.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*)")
+    reassign.add_argument("--plan", "--reassignment-json-file", dest="plan", required=True,
+                          help='{"version":1,"partitions":[{"topic","partition","replicas"}]}')
+    action = reassign.add_mutually_exclusive_group()
+    action.add_argument("--execute", action="store_true", help="start the reassignment (the default)")
+    action.add_argument("--verify", action="store_true", help="report progress instead of starting")
+    action.add_argument("--cancel", action="store_true", help="cancel it (--bootstrap-server only)")
     reassign.set_defaults(func=_reassign)
 
     registry = verbs.add_parser("schema-registry", help="the Avro schema registry (Confluent's REST API)")

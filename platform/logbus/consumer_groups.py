@@ -21,7 +21,7 @@ import logging
 import re
 import sys
 
-from logbus.admin import AdminError, _result
+from logbus.admin import AdminError, _result, kafka_python_admin
 
 MISSING = "-"
 RESETS = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime")
@@ -321,26 +321,6 @@ def delete(g: Groups) -> int:
     return 0
 
 
-def _kafka_python_admin(args):
-    """kafka-python's admin client (confluent-kafka's has no OffsetDelete), with ``--command-config``'s security
-    keys translated by the same settings home as librdkafka's."""
-    from kafka import KafkaAdminClient
-
-    from settings.properties import read_properties
-    from settings.security import ClientSecurity
-
-    from settings.properties import ConfigError
-
-    quiet = logging.getLogger("kafka")  # its log lines would break the one-line errors (answers carry them)
-    quiet.propagate, quiet.handlers = False, [logging.NullHandler()]
-    props = read_properties(args.command_config) if args.command_config else {}
-    try:
-        security = ClientSecurity.from_properties(props).kafka_python()
-    except ConfigError as exc:
-        raise AdminError(f"--command-config {args.command_config}: {exc}") from None
-    return KafkaAdminClient(bootstrap_servers=args.bootstrap_server, request_timeout_ms=args.timeout, **security)
-
-
 def delete_offsets(g: Groups) -> int:
     """kafka-consumer-groups.sh's ``--delete-offsets``: one group, one or more topics (all their partitions unless
     named). The whole request refused is one line; a partition refused is its row's status."""
@@ -360,7 +340,7 @@ def delete_offsets(g: Groups) -> int:
         partitions += [(topic, p) for p in (parts if parts is not None else known)]
     group, admin = args.group[0], None
     try:
-        admin = _kafka_python_admin(args)
+        admin = kafka_python_admin(args.bootstrap_server, args.command_config, args.timeout)
         result = admin.delete_group_offsets(group, [KTopicPartition(t, p) for t, p in partitions])
     except kerrors.KafkaError as exc:
         raise AdminError(f"Deletion of offsets of group '{group}' failed: {type(exc).__name__}") from None

@@ -5,8 +5,11 @@ reverts the replicas; Kafka's errors for bad replica lists, unknown partitions a
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -14,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTopicPartition
 from kafka import errors as kerrors
-from support import wait_until
+from support import REPO, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -80,3 +83,38 @@ def test_reassignments_through_the_kafka_api(cluster):
     finally:
         kadmin.close()
     assert count(c.bootstrap, "ra") == 100
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logbus.cli", "--log-level", "ERROR", "reassign-partitions", *argv],
+                          capture_output=True, text=True, timeout=90,
+                          env=dict(os.environ, PYTHONPATH=str(REPO / "platform")))
+
+
+def test_the_cli_through_the_brokers(cluster, tmp_path):
+    """``logbus reassign-partitions --bootstrap-server`` (kafka-reassign-partitions.sh's modern form): --execute,
+    --verify until complete, --cancel, Kafka's refusals as one line."""
+    c = cluster(3)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic("rc", num_partitions=1, replica_assignment=[[0, 1]])])["rc"].result(30)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "rc", "partition": 0, "replicas": [1, 2]}]}))
+    started = cli("--bootstrap-server", c.bootstrap, "--reassignment-json-file", str(plan), "--execute")
+    assert started.returncode == 0 and started.stdout.strip() == \
+        "Successfully started partition reassignments for rc-0", started.stderr
+    wait_until(lambda: cli("--bootstrap-server", c.bootstrap, "--plan", str(plan), "--verify").returncode == 0, 60,
+               interval=1, what="the reassignment complete")
+    verified = cli("--bootstrap-server", c.bootstrap, "--plan", str(plan), "--verify")
+    assert verified.stdout.splitlines() == ["Status of partition reassignment:",
+                                            "Reassignment of partition rc-0 is complete."]
+    assert replicas(c, "rc") == [1, 2]
+    cancelled = cli("--bootstrap-server", c.bootstrap, "--plan", str(plan), "--cancel")
+    assert cancelled.returncode == 1 and cancelled.stderr.strip() == \
+        "logbus: reassignment refused for rc-0: NoReassignmentInProgressError"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "rc", "partition": 0, "replicas": [1, 9]}]}))
+    refused = cli("--bootstrap-server", c.bootstrap, "--plan", str(plan))
+    assert refused.returncode == 1 and refused.stderr.strip() == \
+        "logbus: reassignment refused for rc-0: InvalidReplicationAssignmentError"
+    classic = cli("--zookeeper", "127.0.0.1:1", "--plan", str(plan), "--cancel")  # refused before connecting
+    assert classic.returncode == 1 and classic.stderr.strip() == \
+        "logbus: --cancel needs --bootstrap-server (a cancellation goes through the controller)"

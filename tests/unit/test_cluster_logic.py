@@ -90,6 +90,20 @@ def test_controller_restores_the_preferred_leader_when_in_sync():
     assert (new.leader, new.leader_epoch) == (1, 5)
 
 
+def test_a_reassignment_step_keeps_what_is_added_and_removed_across_passes():
+    """Kafka's first step (target, then the original replicas leaving) computed against the replicas before the
+    reassignment, also on a later pass that sees the union already written (it once found nothing to add)."""
+    c = controller(False)
+    assignment = znodes.TopicAssignment(uuid.uuid4(), {0: [0, 2]})
+    state = znodes.PartitionState(leader=0, leader_epoch=1, isr=(0, 2), controller_epoch=1)
+    for _ in range(2):  # the first pass and a later one
+        replicas, done = c._reassign_step(assignment, 0, [1, 2], state, {0, 1, 2})
+        assert (replicas, done) == ([1, 2, 0], False)
+        assert (assignment.adding[0], assignment.removing[0]) == ([1], [0])
+    replicas, done = c._reassign_step(assignment, 0, [1, 2], state.with_(isr=(0, 1, 2)), {0, 1, 2})
+    assert (replicas, done, assignment.adding, assignment.removing) == ([1, 2], True, {}, {})
+
+
 def test_new_partition_gets_first_live_replica_as_leader():
     new = controller().decide(None, [1, 2, 0], live={0, 2}, rebalance=False)
     assert (new.leader, new.leader_epoch, new.isr) == (2, 0, (2, 0))

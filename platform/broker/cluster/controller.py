@@ -40,6 +40,9 @@ class Controller:
         self.epoch = -1
         self._epoch_version = -1
         self._dirty = asyncio.Event()
+        # one decision pass at a time: reconciling, an admin's election, an admin's reassignment (Kafka's controller
+        # is one event thread); a pass must not write back what it read before another pass's change
+        self.lock = asyncio.Lock()
         self._rebalance_due = False
         self._tasks: list[asyncio.Task] = []
         self._watching = False
@@ -157,6 +160,10 @@ class Controller:
 
     # ---- decisions ----------------------------------------------------------------------------------------------
     async def reconcile(self) -> None:
+        async with self.lock:
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
         rebalance, self._rebalance_due = self._rebalance_due, False
         live = await self._live_brokers()
         reassign = znodes.decode_reassignment((await self.zk.get_or_none(znodes.REASSIGN))[0])
@@ -217,10 +224,11 @@ class Controller:
             assignment.adding.pop(p, None)
             assignment.removing.pop(p, None)
             return list(target), True
-        union = list(target) + [r for r in current if r not in target]
+        base = [r for r in current if r not in assignment.adding.get(p, ())]  # the replicas before it started
+        union = list(target) + [r for r in base if r not in target]
         assignment.partitions[p] = union
-        assignment.adding[p] = [r for r in target if r not in current]
-        assignment.removing[p] = [r for r in current if r not in target]
+        assignment.adding[p] = [r for r in target if r not in base]
+        assignment.removing[p] = [r for r in base if r not in target]
         return union, False
 
     async def _unclean_allowed(self, topic: str) -> bool:
@@ -270,6 +278,11 @@ class Controller:
         UNCLEAN: only a partition without a live leader gets one, from the ISR first, else any live replica
         (ELIGIBLE_LEADERS_NOT_AVAILABLE when none lives). Asked for all partitions, ELECTION_NOT_NEEDED ones are
         left out of the answer, as in Kafka."""
+        async with self.lock:
+            return await self._elect_leaders(partitions, unclean)
+
+    async def _elect_leaders(self, partitions: list[tuple[str, int]] | None, unclean: bool
+                             ) -> dict[tuple[str, int], tuple[str, int]]:
         live = await self._live_brokers()
         wanted = partitions
         if wanted is None:

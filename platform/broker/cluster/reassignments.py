@@ -33,11 +33,17 @@ def _original(assignment, p: int) -> list[int]:
 
 
 async def alter(controller, changes: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], Outcome]:
+    async with controller.lock:  # not between a reconciling pass's reading and its writing
+        return await _alter(controller, changes)
+
+
+async def _alter(controller, changes: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], Outcome]:
     zk = controller.zk
     live = await _registered(zk)
     pending = znodes.decode_reassignment((await zk.get_or_none(znodes.REASSIGN))[0])
     out: dict[tuple[str, int], Outcome] = {}
-    reverted: dict[str, list[int]] = {}
+    reverted: dict[str, list[int]] = {}  # topic -> partitions whose reassignment is cancelled
+    started: dict[str, list[int]] = {}  # topic -> partitions given a (new) target
     for (topic, p), target in changes.items():
         assignment, _ = await _assignment(zk, topic)
         if assignment is None or p not in assignment.partitions:
@@ -61,13 +67,19 @@ async def alter(controller, changes: dict[tuple[str, int], list[int] | None]) ->
                                                              f"{sorted(live)}")
         else:
             pending[(topic, p)] = list(target)
+            started.setdefault(topic, []).append(p)
             out[(topic, p)] = ("none", None)
-    for topic, partitions in reverted.items():  # cancelled: back to the replicas before the reassignment
+    for topic in {*reverted, *started}:
         assignment, stat = await _assignment(zk, topic)
-        for p in partitions:
+        for p in reverted.get(topic, ()):  # cancelled: back to the replicas before the reassignment
             assignment.partitions[p] = _original(assignment, p)
             assignment.adding.pop(p, None)
             assignment.removing.pop(p, None)
+        for p in started.get(topic, ()):  # Kafka's first step at once: the target, then the original leaving
+            base, target = _original(assignment, p), pending[(topic, p)]
+            assignment.partitions[p] = target + [r for r in base if r not in target]
+            assignment.adding[p] = [r for r in target if r not in base]
+            assignment.removing[p] = [r for r in base if r not in target]
         await zk.call(zk.client.set, znodes.topic_path(topic), znodes.encode_assignment(assignment),
                       version=stat.version)
     await _write_pending(zk, pending)
