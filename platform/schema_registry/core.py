@@ -163,9 +163,7 @@ class Registry:
     def config_shown(self, subject: str | None, to_global: bool = False) -> dict:
         """A scope's config as GET /config shows it: what is set, the level filled in (``to_global``: unset
         settings of a subject taken from the global config first, Confluent's mergeConfigs)."""
-        config = self.configs.get(subject, {})
-        if subject is not None and to_global:
-            config = {**self.configs.get(None, {}), **config}
+        config = self.config_in_scope(subject) if to_global else self.configs.get(subject, {})
         shown = {"compatibilityLevel": config.get("compatibilityLevel") or self.default_level}
         shown.update((k, config[k]) for k in CONFIG_KEYS[1:] if k in config)
         return shown

@@ -218,18 +218,10 @@ class Controller:
     def _reassign_step(self, assignment: znodes.TopicAssignment, p: int, target: list[int],
                        state: znodes.PartitionState, live: set[int]) -> tuple[list[int], bool]:
         """Kafka's two phases: replicas = old ∪ new until every new replica is in the ISR, then = new."""
-        current = assignment.partitions[p]
         if all(r in state.isr for r in target):
-            assignment.partitions[p] = list(target)
-            assignment.adding.pop(p, None)
-            assignment.removing.pop(p, None)
+            assignment.settle(p, target)
             return list(target), True
-        base = [r for r in current if r not in assignment.adding.get(p, ())]  # the replicas before it started
-        union = list(target) + [r for r in base if r not in target]
-        assignment.partitions[p] = union
-        assignment.adding[p] = [r for r in target if r not in base]
-        assignment.removing[p] = [r for r in base if r not in target]
-        return union, False
+        return assignment.move_towards(p, target), False
 
     async def _unclean_allowed(self, topic: str) -> bool:
         """The topic's ``unclean.leader.election.enable`` (``/config/topics/<topic>``), else the broker's."""

@@ -26,12 +26,6 @@ async def _assignment(zk, topic: str):
     return (znodes.decode_assignment(data), stat) if data is not None else (None, None)
 
 
-def _original(assignment, p: int) -> list[int]:
-    """The replicas before the reassignment under way: the current ones without those being added."""
-    adding = set(assignment.adding.get(p, ()))
-    return [r for r in assignment.partitions[p] if r not in adding]
-
-
 async def alter(controller, changes: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], Outcome]:
     async with controller.lock:  # not between a reconciling pass's reading and its writing
         return await _alter(controller, changes)
@@ -72,14 +66,9 @@ async def _alter(controller, changes: dict[tuple[str, int], list[int] | None]) -
     for topic in {*reverted, *started}:
         assignment, stat = await _assignment(zk, topic)
         for p in reverted.get(topic, ()):  # cancelled: back to the replicas before the reassignment
-            assignment.partitions[p] = _original(assignment, p)
-            assignment.adding.pop(p, None)
-            assignment.removing.pop(p, None)
-        for p in started.get(topic, ()):  # Kafka's first step at once: the target, then the original leaving
-            base, target = _original(assignment, p), pending[(topic, p)]
-            assignment.partitions[p] = target + [r for r in base if r not in target]
-            assignment.adding[p] = [r for r in target if r not in base]
-            assignment.removing[p] = [r for r in base if r not in target]
+            assignment.settle(p, assignment.original(p))
+        for p in started.get(topic, ()):  # Kafka's first phase at once: the target, then the original leaving
+            assignment.move_towards(p, pending[(topic, p)])
         await zk.call(zk.client.set, znodes.topic_path(topic), znodes.encode_assignment(assignment),
                       version=stat.version)
     await _write_pending(zk, pending)
@@ -116,7 +105,5 @@ async def ongoing(controller, wanted: list[tuple[str, int]] | None
         assignment, _ = await _assignment(zk, topic)
         if assignment is None or p not in assignment.partitions:
             continue
-        base = _original(assignment, p)
-        out[(topic, p)] = (list(target) + [r for r in base if r not in target],
-                           [r for r in target if r not in base], [r for r in base if r not in target])
+        out[(topic, p)] = assignment.reassigning(p, target)
     return out

@@ -126,6 +126,30 @@ class TopicAssignment:
     adding: dict[int, list[int]] = field(default_factory=dict)
     removing: dict[int, list[int]] = field(default_factory=dict)
 
+    # ---- a reassignment under way (Kafka's two phases) --------------------------------------------------------
+    def original(self, p: int) -> list[int]:
+        """The partition's replicas before its reassignment: the current ones without those being added."""
+        adding = self.adding.get(p, ())
+        return [r for r in self.partitions[p] if r not in adding]
+
+    def reassigning(self, p: int, target: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """Kafka's first phase towards ``target``: (replicas: the target, then the original ones leaving; the
+        replicas being added; those being removed), always reckoned from the replicas before it started."""
+        base = self.original(p)
+        return (list(target) + [r for r in base if r not in target], [r for r in target if r not in base],
+                [r for r in base if r not in target])
+
+    def move_towards(self, p: int, target: list[int]) -> list[int]:
+        """Record the first phase towards ``target``; returns the replicas (old and new together)."""
+        self.partitions[p], self.adding[p], self.removing[p] = self.reassigning(p, target)
+        return list(self.partitions[p])
+
+    def settle(self, p: int, replicas: list[int]) -> None:
+        """The reassignment is over (done, or cancelled back to the original replicas)."""
+        self.partitions[p] = list(replicas)
+        self.adding.pop(p, None)
+        self.removing.pop(p, None)
+
 
 def encode_assignment(a: TopicAssignment) -> bytes:
     return _dump({"version": 3, "topic_id": topic_id_text(a.topic_id),

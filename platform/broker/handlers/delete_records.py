@@ -53,5 +53,5 @@ async def handle(broker, header, request):
                                  error_code=error))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(results)))
     if moved:  # durable before the answer: a restart does not bring the deleted records back
-        broker.logs.checkpoint()
+        broker.logs.checkpoint_starts()
     return build(cls, throttle_time=0, topics=tuple(topics))

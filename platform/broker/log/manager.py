@@ -171,6 +171,13 @@ class LogManager:
             keys = [k for k, d in self._dir_of.items() if d == log_dir]
             ok = try_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT),
                                 {k: self.logs[k].recovery_point for k in keys}) and ok
+        return self.checkpoint_starts() and ok
+
+    def checkpoint_starts(self) -> bool:
+        """The log start offsets of every log dir alone (DeleteRecords makes them durable before it answers)."""
+        ok = True
+        for log_dir in self.log_dirs:
+            keys = [k for k, d in self._dir_of.items() if d == log_dir]
             ok = try_checkpoint(os.path.join(log_dir, START_CHECKPOINT),
                                 {k: self.logs[k].log_start_offset for k in keys}) and ok
         return ok
