@@ -268,6 +268,8 @@ KEYS: dict[str, Key] = {
             "max.connections.per.ip: host:count,ip:count."),
         Key("max.broker.partitions", _int(-1), -1, "Partitions one broker may host (KIP-578's name); -1: what the "
             "open-file limit allows, (RLIMIT_NOFILE - 1024) / 4."),
+        Key("quota.window.num", _int(1), 11, "Samples a client quota's rate is kept in (Kafka's name)."),
+        Key("quota.window.size.seconds", _int(1), 1, "Seconds each sample of a client quota's rate spans."),
         Key("zookeeper.connect", _str, None, "ZooKeeper host:port[/chroot]: cluster mode (none: standalone)."),
         Key("zookeeper.session.timeout.ms", _int(1), 18000, "ZooKeeper session timeout."),
         Key("zookeeper.connection.timeout.ms", _int(1), None, "Wait this long for ZooKeeper at start-up "

@@ -149,6 +149,17 @@ async def _snapshot(m: BrokerMetrics, broker) -> list:
                             [((), authorizer.denied)]))
     out.append(_gauge("kafka_server_socketservermetrics_connection_count", "Open client connections, per listener.",
                       0, ["listener"], [((name, ), len(x._connections)) for name, x in broker.listeners.items()]))
+    quotas = getattr(broker, "client_quotas", None)
+    if quotas is not None:  # Kafka's per-client throttle-time sensors, summed per quota
+        kinds = {"producer_byte_rate": "Produce", "consumer_byte_rate": "Fetch"}
+        out.append(_counter("logbus_broker_client_quota_throttled_responses", "Answers that throttled a client "
+                            "over its quota, per quota type (Kafka's type=Produce/Fetch throttle-time sensors).",
+                            ["quota_type"], [((kinds[k], ), quotas.throttled.get(k, (0, 0))[0]) for k in kinds]))
+        out.append(_counter("logbus_broker_client_quota_throttle_seconds", "Time clients were throttled for, per "
+                            "quota type.", ["quota_type"],
+                            [((kinds[k], ), quotas.throttled.get(k, (0, 0))[1] / 1000) for k in kinds]))
+        out.append(_gauge("logbus_broker_client_quota_entities", "Quota entities (users, client ids, IPs) with a "
+                          "quota config.", len(quotas.quotas)))
     sessions = broker.fetch_sessions
     out += [_gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions",
                    "Incremental fetch sessions (KIP-227) held.", len(sessions.sessions)),

@@ -32,6 +32,7 @@ from broker.metadata.topics import (
     validate_topic_configs,
 )
 from broker.network.server import KafkaListener, MemoryPool, current_listener
+from broker.client_quotas.manager import ClientQuotaManager, QuotaWatcher
 from broker.fetch_sessions import FetchSessionCache
 from broker.metrics import BrokerMetrics
 from broker.network.quotas import ConnectionQuotas
@@ -78,6 +79,8 @@ class Broker:
         self.authorizer = AclAuthorizer.from_broker(self)  # None: every request allowed
         self.metrics = BrokerMetrics()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.client_quotas = ClientQuotaManager.from_config(config)  # producer/consumer byte rates (none: off)
+        self.quota_watcher = QuotaWatcher(self)
         self.refused_sequences = RefusedSequences()  # idempotent batches refused with retriable errors
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self.listeners: dict[str, KafkaListener] = {}  # listener name -> its socket server
@@ -399,6 +402,7 @@ class Broker:
             if not await self.cluster.wait_for_controller(bound):
                 log.warning("no controller known %gs after registering in ZooKeeper (zookeeper.connection.timeout"
                             ".ms): serving clients anyway; Metadata names the controller once there is one", bound)
+        await self.quota_watcher.start()  # the quotas in force before the first client request is read
         await self.groups.start()
         self.txn.start()
         loop = asyncio.get_running_loop()
@@ -444,6 +448,7 @@ class Broker:
             task.cancel()
         await self.txn.stop(step)
         await self.groups.stop()
+        await self.quota_watcher.stop()
         for listener in self.listeners.values():
             listener.close()
         self.metrics.stop()

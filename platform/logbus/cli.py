@@ -35,8 +35,19 @@ def _topics(args: argparse.Namespace) -> int:
 
 
 def _configs(args: argparse.Namespace) -> int:
+    from logbus import quota_configs
     from logbus.user_configs import run
 
+    types, names = args.entity_type or [], args.entity_names or []
+    if quota_configs.is_quota_change(args.add_config, args.delete_config, types) or (
+            args.describe and args.bootstrap_server and (not names or "" in names)):
+        return quota_configs.run(args, types, names)
+    if len(types) > 1 or len(names) > 1:
+        print("logbus: configs: SCRAM credentials take one --entity-type users and one --entity-name",
+              file=sys.stderr)
+        return 2
+    args.entity_type = types[0] if types else None
+    args.entity_name = names[0] if names else None
     return run(args)
 
 
@@ -275,17 +286,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="alter: every partition's replicas (kafka-topics.sh's form); the new ones are used")
     topics.set_defaults(func=_topics)
 
-    configs = verbs.add_parser("configs", help="SCRAM credentials of users (as kafka-configs.sh)")
+    configs = verbs.add_parser("configs", help="SCRAM credentials of users and client quotas (as kafka-configs.sh)")
     configs.add_argument("--zookeeper", help="host:port/chroot of the cluster (works before any broker runs)")
     configs.add_argument("--log-dir", help="instead of --zookeeper: a standalone broker's first log dir")
     configs.add_argument("--bootstrap-server", help="any broker, host:port (AlterUserScramCredentials)")
     configs.add_argument("--command-config", help="with --bootstrap-server: the client's properties file")
     configs.add_argument("--alter", action="store_true")
     configs.add_argument("--describe", action="store_true")
-    configs.add_argument("--entity-type", required=True, choices=["users", "topics", "brokers", "clients"])
-    configs.add_argument("--entity-name")
-    configs.add_argument("--add-config", metavar="'SCRAM-SHA-512=[password=...]'")
-    configs.add_argument("--delete-config", metavar="SCRAM-SHA-512")
+    configs.add_argument("--entity-type", required=True, action="append",
+                         choices=["users", "topics", "brokers", "clients", "ips"],
+                         help="users, clients, ips (quotas; users and clients together: a user's client id)")
+    configs.add_argument("--entity-name", dest="entity_names", action="append")
+    configs.add_argument("--entity-default", dest="entity_names", action="append_const", const="",
+                         help="the default entity of the --entity-type in the same position (quotas)")
+    configs.add_argument("--add-config", metavar="'SCRAM-SHA-512=[password=...]' or 'producer_byte_rate=N,...'")
+    configs.add_argument("--delete-config", metavar="SCRAM-SHA-512 or producer_byte_rate,...")
     configs.set_defaults(func=_configs)
 
     from logbus import acls as acls_cli, certs as certs_cli, consumer_groups as groups_cli

@@ -255,7 +255,9 @@ def test_kafka_python_sees_the_same_codes(cluster):
 
 def test_the_admin_apis_need_their_acls(cluster):
     """DeleteRecords needs Delete on the topic, OffsetDelete Delete on the group, DescribeLogDirs Describe and
-    ElectLeaders Alter on the cluster: refused to a user without them with Kafka's codes."""
+    ElectLeaders Alter on the cluster, DescribeClientQuotas DescribeConfigs and AlterClientQuotas AlterConfigs on
+    the cluster: refused to a user without them with Kafka's codes."""
+    from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
     from confluent_kafka import ElectionType
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KTopicPartition
@@ -276,6 +278,17 @@ def test_the_admin_apis_need_their_acls(cluster):
         assert all(answer["log_dirs"] == [] for answer in kbob.describe_log_dirs())  # CLUSTER_AUTHORIZATION_FAILED
         with pytest.raises(GroupAuthorizationFailedError):
             kbob.delete_group_offsets("bob-group", [KTopicPartition(topic, 0)])
+
+        async def send(request):
+            return await kbob._manager.send(request)
+
+        described = kbob._manager.run(send, DescribeClientQuotasRequest(components=[], strict=False))
+        assert described.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        entry = AlterClientQuotasRequest.EntryData
+        altered = kbob._manager.run(send, AlterClientQuotasRequest(entries=[entry(
+            entity=[entry.EntityData(entity_type="user", entity_name="bob")],
+            ops=[entry.OpData(key="producer_byte_rate", value=1e9, remove=False)])], validate_only=False))
+        assert altered.entries[0].error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     finally:
         kbob.close()
     cluster.allow("User:bob", AclOperation.DELETE, ResourceType.TOPIC, topic)

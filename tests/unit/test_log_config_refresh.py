@@ -32,7 +32,7 @@ def produce_error(broker, topic: str) -> int:
     header = type("Header", (), {"api_version": 9, "correlation_id": 1, "api_key": 0})()
     answered = {}
     real = produce._answer
-    produce._answer = lambda _h, _acks, topics: answered.setdefault("topics", topics)
+    produce._answer = lambda _b, _h, _r, topics: answered.setdefault("topics", topics)
     try:
         produce.handle(broker, header, request)
     finally:

@@ -11,6 +11,9 @@ partition reports its last stable offset.
 Fetch sessions (KIP-227, :mod:`broker.fetch_sessions`): a v7+ request may open one or continue one; an incremental
 request reads every partition of its session and answers only those with news.
 
+Client quotas (``consumer_byte_rate``, :mod:`broker.client_quotas`): a consumer asks for at most its quota's
+window; over it, the answer is empty with ``throttle_time_ms`` and the connection is muted that long.
+
 Cluster mode: only the leader serves fetches. Consumers read up to the high watermark; a follower
 (``replica_id`` >= 0) reads up to the log end, and the offset it asks for tells the leader how far its copy
 goes (which may advance the high watermark and bring it back into the ISR).
@@ -18,12 +21,15 @@ goes (which may advance the high watermark and bring it back into the ISR).
 
 import time
 
+from broker.client_quotas.entities import CONSUMER_BYTE_RATE
+from broker.client_quotas.manager import mute
 from broker.cluster.partition import now_ms
 from broker.handlers.registry import RawResponse, handles
 from broker.log.log import OffsetOutOfRange
 from broker.protocol import fetch_response
 from broker.protocol.fetch_response import PartitionData, records_size
 from broker.protocol.messages import ErrorCode, ms
+from broker.network.session import ANONYMOUS, current_session
 from broker.security import access
 
 KEY = 1
@@ -45,12 +51,13 @@ def _quiet(broker, topic: str, p, replica_id: int, now: int | None) -> bool:
 
 
 def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), wanted=None,
-            incremental: bool = False) -> tuple[list, int, bool]:
+            incremental: bool = False, max_bytes: int | None = None) -> tuple[list, int, bool]:
     """One pass over the requested partitions: (topics, bytes found, whether any partition has an error).
     ``denied``: topics this connection may not read (TOPIC_AUTHORIZATION_FAILED). ``wanted``: the partitions to
     read as [(topic, [partition, ...])] (a fetch session's), else the request's; ``incremental``: they are an
-    incremental session's, whose quiet partitions a follower's answer leaves out (:func:`_quiet`)."""
-    budget = request.max_bytes
+    incremental session's, whose quiet partitions a follower's answer leaves out (:func:`_quiet`). ``max_bytes``:
+    a smaller budget than the request's (a consumer's quota)."""
+    budget = request.max_bytes if max_bytes is None else min(request.max_bytes, max_bytes)
     replica_id = getattr(request, "replica_id", -1)
     follower = replica_id >= 0 and broker.cluster is not None
     read_committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED and not follower
@@ -121,15 +128,31 @@ async def handle(broker, header, request):
             denied = frozenset() if cluster_ok else frozenset(name for name, _ in wanted)
         else:
             denied = frozenset(name for name, _ in wanted if not access.allowed(broker, "Read", access.TOPIC, name))
+    quotas = broker.client_quotas if broker.client_quotas.enabled and not replica else None
+    budget = None
+    if quotas is not None:
+        session = current_session.get()
+        principal = session.principal if session is not None else ANONYMOUS
+        budget = quotas.max_in_window(CONSUMER_BYTE_RATE, principal, header.client_id)
     first_pass = True
     while True:
         topics, total, errors = collect(broker, request, first_pass, denied, wanted,
-                                        incremental=context.kind == "incremental")
+                                        incremental=context.kind == "incremental", max_bytes=budget)
         first_pass = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             break
         await broker.wait_for_append(keys, remaining)
+    if budget is not None:  # consumer_byte_rate: over it, an empty answer and the bytes taken back (as Kafka)
+        throttle = quotas.record(CONSUMER_BYTE_RATE, principal, header.client_id, total)
+        if throttle:
+            quotas.note_throttle(CONSUMER_BYTE_RATE, throttle)
+            mute(session, throttle)
+        if throttle and total <= budget:  # a first batch larger than the whole window (KIP-74) is sent, throttled:
+            # emptied, it would be refused at every try
+            quotas.unrecord(CONSUMER_BYTE_RATE, principal, header.client_id, total)
+            return RawResponse(fetch_response.encode(header.api_version, header.correlation_id, [],
+                                                     session_id=context.session_id, throttle_ms=throttle))
     for name, partitions in topics:
         sent = sum(records_size(d.records) for d in partitions)
         if sent:

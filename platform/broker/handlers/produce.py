@@ -40,6 +40,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from broker.client_quotas.entities import PRODUCER_BYTE_RATE
+from broker.client_quotas.manager import mute
 from broker.handlers.registry import NO_RESPONSE, RawResponse, handles
 from broker.log.log import PartitionLog
 from broker.log.producer_state import (
@@ -51,6 +53,7 @@ from broker.log.producer_state import (
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import produce_response, records, validation
 from broker.protocol.messages import ErrorCode, ms
+from broker.network.session import ANONYMOUS, current_session
 from broker.security import access
 
 KEY = 0
@@ -301,7 +304,7 @@ def _append_all(broker, header, request, topics, admitted, awaited: bool):
             waits.append((part.result, part.topic, part.index, end, epoch))
     if waits:
         return _wait_then_answer(broker, header, request, topics, waits)
-    return _answer(header, acks, topics)
+    return _answer(broker, header, request, topics)
 
 
 async def _wait_then_answer(broker, header, request, topics, waits):
@@ -312,10 +315,19 @@ async def _wait_then_answer(broker, header, request, topics, waits):
         if outcome != ErrorCode.none:
             result[1], result[2] = outcome.value, -1
             del result[5:]  # no log_append_time_ms
-    return _answer(header, request.acks, topics)
+    return _answer(broker, header, request, topics)
 
 
-def _answer(header, acks: int, topics):
-    if acks == 0:
+def _answer(broker, header, request, topics):
+    throttle = 0
+    if broker.client_quotas.enabled:  # producer_byte_rate: the request's record bytes, whatever became of them
+        session = current_session.get()
+        throttle = broker.client_quotas.record(
+            PRODUCER_BYTE_RATE, session.principal if session is not None else ANONYMOUS, header.client_id,
+            sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None))
+        if throttle:
+            broker.client_quotas.note_throttle(PRODUCER_BYTE_RATE, throttle)
+            mute(session, throttle)
+    if request.acks == 0:
         return NO_RESPONSE
-    return RawResponse([produce_response.encode(header.api_version, header.correlation_id, topics)])
+    return RawResponse([produce_response.encode(header.api_version, header.correlation_id, topics, throttle)])

@@ -31,6 +31,9 @@ can register its address before it serves; :meth:`~KafkaListener.serve` starts a
 stops accepting, cancels every connection and waits a bounded time, then aborts whatever is still open (a peer
 that stopped reading cannot hold a stopping broker).
 
+Client quotas (:mod:`broker.client_quotas`): a handler that throttles a client sets its session's
+``muted_until``; the connection sends what is answered and reads nothing more until then.
+
 Connections over ``max.connections`` (the inter-broker listener exempt), a listener's own
 ``listener.name.<listener>.max.connections`` or ``max.connections.per.ip`` are closed as soon as they are accepted
 (:mod:`broker.network.quotas`).
@@ -276,8 +279,15 @@ class KafkaListener:
         encrypted = ssl_object is not None
         received = None  # the reused buffer a large frame was received into (plain connections)
         data, pos = b"", 0  # bytes read from the socket and not handled yet: data[pos:]
+        quotas = self.broker.client_quotas if hasattr(self.broker, "client_quotas") else None
         try:
             while not self._closing:
+                if session.muted_until:  # a client over its quota: nothing more is read until its throttle ends
+                    wait = session.muted_until - time.monotonic()
+                    session.muted_until = 0.0
+                    if wait > 0:
+                        responses.flush()  # the throttled answer goes out now (KIP-219: the client waits too)
+                        await asyncio.sleep(wait)
                 if writer.transport.get_write_buffer_size() > STREAM_LIMIT:  # a client that does not read
                     await writer.drain()
                 have = len(data) - pos
@@ -294,6 +304,7 @@ class KafkaListener:
                 if have - 4 >= size:  # a whole frame is here already (pipelined requests: most of them)
                     if (size <= produce_run.FRAME_MAX and have - 8 >= size and not data[start] and not data[start + 1]
                             and session.authenticated and not session.raw_tokens
+                            and (quotas is None or not quotas.enabled)
                             and (session.expires is None or not session.expired(time.monotonic()))):
                         # a small Produce, a frame behind, on a live session
                         run = produce_run.answer(self, data, pos, session)

@@ -23,6 +23,7 @@ class Session:
         self.expires: float | None = None
         self.reauth_started: float | None = None
         self.reauthenticating_as: str | None = None
+        self.muted_until = 0.0  # a throttled client's connection is read again from then (time.monotonic())
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires

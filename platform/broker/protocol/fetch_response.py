@@ -58,13 +58,13 @@ def _array_len(n: int, flexible: bool) -> bytes:
 
 
 def encode(version: int, correlation_id: int, topics: list[tuple[str, list[PartitionData]]],
-           error_code: int = 0, session_id: int = 0) -> list:
+           error_code: int = 0, session_id: int = 0, throttle_ms: int = 0) -> list:
     flexible = version >= 12
     parts: list = []
     head = bytearray(_I32.pack(correlation_id))
     if flexible:
         head += b"\x00"  # response header v1: empty tagged fields
-    head += _I32.pack(0)  # throttle_time_ms
+    head += _I32.pack(throttle_ms)  # a client quota's throttle_time_ms
     if version >= 7:
         head += struct.pack(">hi", error_code, session_id)  # 0: sessionless (broker.fetch_sessions)
     head += _array_len(len(topics), flexible)

@@ -25,10 +25,10 @@ def _string(value: str | None, flexible: bool) -> bytes:
 
 
 def encode(version: int, correlation_id: int,
-           topics: list[tuple[str, list[tuple[int, int, int, int, str | None]]]]) -> bytes:
+           topics: list[tuple[str, list[tuple[int, int, int, int, str | None]]]], throttle_ms: int = 0) -> bytes:
     """``topics``: (name, [(partition, error code, base offset, log start offset, error message[, log append
-    time])]); the log append time is -1 (CreateTime) unless given."""
-    if len(topics) == 1 and len(topics[0][1]) == 1 and topics[0][1][0][4] is None:
+    time])]); the log append time is -1 (CreateTime) unless given. ``throttle_ms``: a client quota's."""
+    if not throttle_ms and len(topics) == 1 and len(topics[0][1]) == 1 and topics[0][1][0][4] is None:
         return _encode_one(version, correlation_id, topics[0][0], topics[0][1][0])
     flexible = version >= 9
     out = bytearray(b"\x00\x00\x00\x00")
@@ -50,7 +50,7 @@ def encode(version: int, correlation_id: int,
                 out += b"\x00"
         if flexible:
             out += b"\x00"
-    out += _I32.pack(0)  # throttle time
+    out += _I32.pack(throttle_ms)
     if flexible:
         out += b"\x00"
     _I32.pack_into(out, 0, len(out) - 4)

@@ -1,0 +1,175 @@
+"""What a client's requests pay: Kafka's ``ClientQuotaManager`` for ``producer_byte_rate`` (bytes of a Produce
+request's records) and ``consumer_byte_rate`` (bytes of a Fetch answer's records; followers are exempt).
+
+The quota of a request is the most specific entity that sets that key, in Kafka's order: user and client id,
+user and default client id, user, default user and client id, default user and default client id, default user,
+client id, default client id. Clients that share the entity found share its rate; an entity found through a
+default gives each user (or client id) a rate of its own (Kafka's metric tags).
+
+Over the quota, the answer carries ``throttle_time_ms`` and the connection is muted that long: no further request
+of it is read (KIP-219; Kafka delays the answer itself for Produce below v6 and Fetch below v8, logbus mutes for
+every version). A throttled Fetch is answered empty, its bytes taken back from the rate, as Kafka does. A Fetch
+asks for at most what the quota allows in its whole window; when its first batch alone is larger (KIP-74 sends
+it anyway), the answer carries it, throttled: emptied, that batch would be refused at every try.
+
+While no entity sets an enforced key, :attr:`ClientQuotaManager.enabled` is False and requests pay nothing
+(the unbatched producer's fast path stays on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from broker.client_quotas import entities, store
+from broker.client_quotas.rate import Rate
+
+log = logging.getLogger(__name__)
+
+MAX_RATES = 10_000  # past this many (key, user, client id) rates, idle ones are dropped
+
+
+def _user(principal: str) -> str:
+    return principal.split(":", 1)[1] if ":" in principal else principal
+
+
+class ClientQuotaManager:
+    def __init__(self, num: int = 11, window_ms: int = 1000):
+        self.num, self.window_ms = num, window_ms
+        self.enabled = False
+        self.quotas: dict[str, dict[str, float]] = {}  # entity path -> quota values
+        self._rates: dict[tuple, Rate] = {}
+        self.throttled: dict[str, list] = {}  # key -> [throttled answers, throttle ms in all]
+
+    @classmethod
+    def from_config(cls, config) -> "ClientQuotaManager":
+        return cls(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
+
+    def update(self, stored: dict[str, dict]) -> None:
+        """Take every entity's stored config (the whole set: what is not in it has no quota any more)."""
+        quotas = {path: values for path, config in stored.items()
+                  if (values := entities.quota_values(path, config))}
+        ignored = sorted({key for values in quotas.values() for key in values} - entities.ENFORCED)
+        if ignored and ignored != sorted({k for v in self.quotas.values() for k in v} - entities.ENFORCED):
+            log.warning("client quotas: %s stored but not enforced by logbus (only %s are)", ", ".join(ignored),
+                        ", ".join(sorted(entities.ENFORCED)))
+        self.quotas = quotas
+        self.enabled = any(key in entities.ENFORCED for values in quotas.values() for key in values)
+        # rates are kept: a client's bound is looked up at each request, so a changed quota applies at once
+
+    def limit(self, key: str, principal: str, client_id: str | None) -> tuple[float, tuple] | None:
+        """(bound, the rate's identity) of the most specific entity setting ``key``; None: no quota."""
+        user = entities.sanitize(_user(principal))
+        client = entities.sanitize(client_id or "")
+        d = entities.DEFAULT
+        candidates = (
+            (f"users/{user}/clients/{client}", (user, client)),
+            (f"users/{user}/clients/{d}", (user, client)),
+            (f"users/{user}", (user, "")),
+            (f"users/{d}/clients/{client}", (user, client)),
+            (f"users/{d}/clients/{d}", (user, client)),
+            (f"users/{d}", (user, "")),
+            (f"clients/{client}", ("", client)),
+            (f"clients/{d}", ("", client)),
+        )
+        quotas = self.quotas
+        for path, tags in candidates:
+            values = quotas.get(path)
+            if values is not None and key in values:
+                return values[key], tags
+        return None
+
+    def _rate(self, key: str, tags: tuple) -> Rate:
+        rate = self._rates.get((key, tags))
+        if rate is None:
+            if len(self._rates) >= MAX_RATES:
+                self._rates = {k: r for k, r in self._rates.items() if r.measure(time.monotonic() * 1000) > 0}
+            rate = self._rates[(key, tags)] = Rate(self.num, self.window_ms)
+        return rate
+
+    def record(self, key: str, principal: str, client_id: str | None, value: float,
+               now_ms: float | None = None) -> int:
+        """Record ``value`` against the client's quota for ``key``; the throttle time in ms (0: within it)."""
+        found = self.limit(key, principal, client_id)
+        if found is None:
+            return 0
+        bound, tags = found
+        now = time.monotonic() * 1000 if now_ms is None else now_ms
+        rate = self._rate(key, tags)
+        rate.record(value, now)
+        return rate.throttle_ms(bound, now)
+
+    def unrecord(self, key: str, principal: str, client_id: str | None, value: float,
+                 now_ms: float | None = None) -> None:
+        found = self.limit(key, principal, client_id)
+        if found is not None:
+            self._rate(key, found[1]).record(-value, time.monotonic() * 1000 if now_ms is None else now_ms)
+
+    def max_in_window(self, key: str, principal: str, client_id: str | None) -> int | None:
+        found = self.limit(key, principal, client_id)
+        if found is None:
+            return None
+        return max(int(self._rate(key, found[1]).max_in_window(found[0])), 1)
+
+    def note_throttle(self, key: str, ms: int) -> None:
+        entry = self.throttled.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += ms
+
+
+def mute(session, ms: int) -> None:
+    """Read nothing more from the connection for ``ms`` (the listener waits before its next frame)."""
+    if session is not None and ms > 0:
+        session.muted_until = max(session.muted_until, time.monotonic() + ms / 1000)
+
+
+class QuotaWatcher:
+    """Keeps a broker's :class:`ClientQuotaManager` current: at start, and (cluster mode) on every change
+    notification under ``/config/changes``; a read that fails is retried."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self._dirty = False
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        cluster = self.broker.cluster
+        if cluster is None:
+            self.reload_file()
+            return
+        try:
+            await self._reload()
+        except Exception as exc:  # noqa: BLE001 - the broker serves; the quotas come with a retry
+            log.warning("client quotas: reading them from ZooKeeper failed (%s); retrying", exc)
+            self.kick()
+        await cluster.zk.watch_children(store.CHANGES_PATH, lambda _children: self.kick())
+
+    def reload_file(self) -> None:
+        self.broker.client_quotas.update(store.read_all_file(self.broker.log_dirs[0]))
+
+    def kick(self) -> None:
+        self._dirty = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._reload_while_dirty())
+
+    async def _reload_while_dirty(self) -> None:
+        delay = 0.1
+        while self._dirty:
+            self._dirty = False
+            try:
+                await self._reload()
+                delay = 0.1
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper away: keep the quotas known, retry
+                log.warning("client quotas: reading them from ZooKeeper failed (%s); retrying", exc)
+                self._dirty = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _reload(self) -> None:
+        zk = self.broker.cluster.zk
+        self.broker.client_quotas.update(await zk.call(store.read_all_zk, zk.client))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

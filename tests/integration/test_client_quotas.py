@@ -1,0 +1,203 @@
+"""Client quotas (KIP-13/55/546), judged by outside clients: kafka-python's AlterClientQuotas and
+DescribeClientQuotas messages (its admin has no call for them, so the test sends its protocol classes through
+its client), confluent-kafka producers and consumers whose ``throttle_cb`` reports the brokers' throttle times,
+and ``logbus configs``. Quotas set through one broker of a cluster reach the others through ZooKeeper (Kafka's
+nodes and change notifications); a standalone broker keeps them across a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaAdminClient
+from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from support import REPO, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+ALTER = AlterClientQuotasRequest.EntryData
+MESSAGES, SIZE = 1000, 1000
+# a short window (2 samples of 1 s) so a test client spends its credit in a fraction of a second
+WINDOW = {"quota_window_num": 2, "quota_window_size_seconds": 1}
+
+
+class Quotas:
+    """AlterClientQuotas / DescribeClientQuotas through kafka-python, to one broker or the least loaded."""
+
+    def __init__(self, bootstrap: str):
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+
+    def send(self, request, node_id=None):
+        async def call():
+            return await self.admin._manager.send(request, node_id=node_id)
+
+        return self.admin._manager.run(call)
+
+    def alter(self, entity: dict, add: dict | None = None, remove=(), validate_only=False) -> tuple[int, str]:
+        entry = ALTER(entity=[ALTER.EntityData(entity_type=k, entity_name=v) for k, v in entity.items()],
+                      ops=[ALTER.OpData(key=k, value=float(v), remove=False) for k, v in (add or {}).items()]
+                      + [ALTER.OpData(key=k, value=0.0, remove=True) for k in remove])
+        result = self.send(AlterClientQuotasRequest(entries=[entry], validate_only=validate_only)).entries[0]
+        return result.error_code, result.error_message
+
+    def describe(self, components=(), strict=False, node_id=None):
+        c = DescribeClientQuotasRequest.ComponentData
+        response = self.send(DescribeClientQuotasRequest(
+            components=[c(entity_type=k, match_type=t, match=m) for k, t, m in components], strict=strict), node_id)
+        assert response.error_code == 0, response.error_message
+        return {tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: v.value for v in entry.values}
+                for entry in response.entries}
+
+    def close(self):
+        self.admin.close()
+
+
+def produce(bootstrap: str, topic: str, client_id: str) -> tuple[float, list[int]]:
+    """MESSAGES records of SIZE bytes in batches of 16 KiB; (seconds, throttle times reported)."""
+    throttles = []
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                         "batch.size": 16384, "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    started = time.monotonic()
+    for i in range(MESSAGES):
+        producer.produce(topic, b"%06d" % i + b"x" * (SIZE - 6))
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    elapsed = time.monotonic() - started
+    producer.poll(0.5)  # callbacks still queued
+    return elapsed, [t for t in throttles if t > 0]
+
+
+def consume(bootstrap: str, topic: str, client_id: str, count: int) -> tuple[float, list[int], list[int]]:
+    """``count`` records from the start; (seconds from the first record, throttle times, the records' numbers)."""
+    throttles, seen = [], []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"q-{client_id}",
+                         "auto.offset.reset": "earliest", "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    consumer.subscribe([topic])
+    first = None
+    deadline = time.monotonic() + 120
+    try:
+        while len(seen) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is not None and not msg.error():
+                first = first or time.monotonic()
+                seen.append(int(msg.value()[:6]))
+    finally:
+        consumer.close()
+    return time.monotonic() - (first or time.monotonic()), [t for t in throttles if t > 0], seen
+
+
+def test_quotas_are_set_described_and_shared_by_the_brokers(cluster):
+    c = cluster(3)
+    q = Quotas(c.bootstrap)
+    try:
+        assert q.alter({"client-id": "app"}, {"producer_byte_rate": 1048576, "consumer_byte_rate": 2097152}) == (0, None)
+        assert q.alter({"user": None}, {"consumer_byte_rate": 4096}) == (0, None)
+        assert q.alter({"user": "alice", "client-id": None}, {"request_percentage": 12.5}) == (0, None)
+        assert q.alter({"ip": "127.0.0.9"}, {"connection_creation_rate": 10}) == (0, None)
+        everything = {(("client-id", "app"),): {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0},
+                      (("user", None),): {"consumer_byte_rate": 4096.0},
+                      (("user", "alice"), ("client-id", None)): {"request_percentage": 12.5},
+                      (("ip", "127.0.0.9"),): {"connection_creation_rate": 10.0}}
+        for node in range(3):  # every broker answers the same
+            assert q.describe(node_id=node) == everything
+        assert q.describe([("client-id", 0, "app")], strict=True) == {
+            (("client-id", "app"),): everything[(("client-id", "app"),)]}
+        assert set(q.describe([("user", 2, None)], strict=False)) == {(("user", None),),
+                                                                       (("user", "alice"), ("client-id", None))}
+        # Kafka's node and notification in ZooKeeper
+        from kazoo.client import KazooClient
+        zk = KazooClient(hosts=c.zookeeper.connect + c.chroot)
+        zk.start(timeout=15)
+        try:
+            node = json.loads(zk.get("/config/users/alice/clients/<default>")[0])
+            assert node == {"version": 1, "config": {"request_percentage": "12.5"}}
+            changes = [json.loads(zk.get(f"/config/changes/{n}")[0]) for n in zk.get_children("/config/changes")]
+            assert {"version": 2, "entity_path": "clients/app"} in changes
+        finally:
+            zk.stop()
+        # Kafka's refusals, nothing written
+        for entity, add, message in (({"client-id": "app"}, {"bogus": 1}, "Invalid configuration key bogus"),
+                                     ({"client-id": "app"}, {"producer_byte_rate": 0}, "must be greater than 0"),
+                                     ({"client-id": "app"}, {"producer_byte_rate": 1.5}, "cannot be a fractional"),
+                                     ({"user": "a", "ip": "127.0.0.1"}, {"producer_byte_rate": 1}, "IP entity")):
+            error, text = q.alter(entity, add)
+            assert error == 42 and message in text  # INVALID_REQUEST
+        assert q.alter({"client-id": "app"}, {"producer_byte_rate": 5}, validate_only=True) == (0, None)
+        assert q.describe() == everything
+        # removed: gone from every broker's answer
+        assert q.alter({"user": None}, remove=["consumer_byte_rate"]) == (0, None)
+        assert (("user", None),) not in q.describe(node_id=2)
+    finally:
+        q.close()
+
+
+def test_a_producer_and_a_consumer_over_their_quotas_are_throttled(cluster):
+    c = cluster(3, **WINDOW)
+    q = Quotas(c.bootstrap)
+    rate = 200_000
+    try:
+        assert q.alter({"client-id": "slow"}, {"producer_byte_rate": rate, "consumer_byte_rate": rate}) == (0, None)
+    finally:
+        q.close()
+    # a client without a quota on the same brokers is not throttled (and fills the topic for the consumers)
+    elapsed, throttles = produce(c.bootstrap, "quota-topic", "fast")
+    assert throttles == []
+    # the quota reaches every broker through ZooKeeper: the partition's leader may not be the one altered
+    elapsed, throttles = produce(c.bootstrap, "quota-topic", "slow")
+    assert throttles, "the producer over its quota was never throttled"
+    # 1 MB at 200 KB/s with 200 KB of credit takes 4 s; the brokers mute the connection for the throttle time
+    assert elapsed >= 0.5 * (MESSAGES * SIZE - rate) / rate, elapsed
+    elapsed, throttles, seen = consume(c.bootstrap, "quota-topic", "slow", 2 * MESSAGES)
+    assert seen == list(range(MESSAGES)) * 2  # every record, in order, none twice: throttled fetches lose nothing
+    assert throttles, "the consumer over its quota was never throttled"
+    assert elapsed >= 0.5 * (2 * MESSAGES * SIZE - rate) / rate, elapsed
+    _, throttles, seen = consume(c.bootstrap, "quota-topic", "free-reader", 2 * MESSAGES)
+    assert throttles == [] and len(seen) == 2 * MESSAGES
+
+
+def logbus(*argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "platform"))
+    return subprocess.run([sys.executable, "-m", "logbus.cli", "configs", *argv], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_logbus_configs_and_a_standalone_broker_keep_quotas(fresh_broker):
+    b = fresh_broker(**WINDOW).start()
+    boot = ["--bootstrap-server", b.bootstrap]
+    out = logbus(*boot, "--alter", "--add-config", "producer_byte_rate=100000,consumer_byte_rate=300000",
+                 "--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients", "--entity-default")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Completed updating config for user ANONYMOUS."
+    out = logbus(*boot, "--alter", "--add-config", "consumer_byte_rate=5000", "--entity-type", "clients",
+                 "--entity-default")
+    assert out.stdout.strip() == "Completed updating default config for clients in the cluster.", out.stderr
+    out = logbus(*boot, "--describe", "--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type",
+                 "clients")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Quota configs for user-principal 'ANONYMOUS', the default client-id are "
+                                       "consumer_byte_rate=300000.0, producer_byte_rate=100000.0"]
+    out = logbus(*boot, "--describe", "--entity-type", "clients", "--entity-default")
+    assert out.stdout.splitlines() == ["Quota configs for the default client-id are consumer_byte_rate=5000.0"]
+    # refusals: one line, non-zero
+    out = logbus(*boot, "--alter", "--add-config", "producer_byte_rate=0", "--entity-type", "clients",
+                 "--entity-name", "x")
+    assert out.returncode == 1 and out.stderr.strip() == "logbus: configs: Quota producer_byte_rate must be greater than 0"
+    out = logbus(*boot, "--alter", "--add-config", "producer_byte_rate=x", "--entity-type", "clients",
+                 "--entity-name", "x")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    # the quota (user ANONYMOUS, any client id) holds after a restart, from the log dir's file
+    b.stop()
+    b.start()
+    _, throttles = produce(b.bootstrap, "standalone-quota", "any-client")
+    assert throttles
+    out = logbus(*boot, "--alter", "--delete-config", "producer_byte_rate,consumer_byte_rate", "--entity-type",
+                 "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients", "--entity-default")
+    assert out.returncode == 0, out.stderr
+    out = logbus(*boot, "--describe", "--entity-type", "users")
+    assert out.returncode == 0 and out.stdout == "", out.stdout
+    wait_until(lambda: produce(b.bootstrap, "standalone-quota", "any-client")[1] == [], 60,
+               what="the producer no longer throttled")

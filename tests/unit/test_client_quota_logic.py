@@ -1,0 +1,154 @@
+"""Client quotas without I/O: Kafka's sampled rate and throttle time, the precedence of quota entities, the
+entity paths and names, AlterClientQuotas' validation and DescribeClientQuotas' filters."""
+
+import pytest
+
+from broker.client_quotas import entities
+from broker.client_quotas.entities import QuotaError
+from broker.client_quotas.manager import ClientQuotaManager
+from broker.client_quotas.rate import Rate
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+
+def test_a_first_burst_is_spread_over_the_whole_window():
+    rate = Rate(num=11, window_ms=1000)
+    rate.record(20_000, now=0)
+    assert rate.window(0) == 10_000  # num - 1 whole windows at least
+    assert rate.measure(0) == 2_000
+    # twice the bound of 1,000/s over 10 s: ten more seconds of silence bring it back (Kafka's formula)
+    assert rate.throttle_ms(1_000, 0) == 10_000
+    assert rate.throttle_ms(2_000, 0) == 0
+
+
+def test_samples_expire_and_the_window_grows_with_them():
+    rate = Rate(num=3, window_ms=1000)
+    for t in range(0, 5000, 500):
+        rate.record(100, now=t)
+    assert rate.window(4500) == 4500 - 2000  # the samples of 2000.. are kept; earlier ones were dropped (expiry 3 s)
+    assert rate.measure(10_000) == 0.0  # all expired
+    assert rate.max_in_window(1000) == 2000
+
+
+def test_unrecord_takes_back():
+    rate = Rate(num=2, window_ms=1000)
+    rate.record(5000, now=0)
+    rate.record(-5000, now=1)
+    assert rate.measure(1) == 0.0 and rate.throttle_ms(10, 1) == 0
+
+
+def quotas(stored):
+    manager = ClientQuotaManager(num=11, window_ms=1000)
+    manager.update(stored)
+    return manager
+
+
+def test_the_most_specific_entity_wins_in_kafkas_order():
+    m = quotas({
+        "clients/<default>": {"producer_byte_rate": "10"},
+        "clients/app": {"producer_byte_rate": "20"},
+        "users/<default>": {"producer_byte_rate": "30"},
+        "users/<default>/clients/<default>": {"producer_byte_rate": "40"},
+        "users/<default>/clients/app": {"producer_byte_rate": "50"},
+        "users/alice": {"producer_byte_rate": "60", "SCRAM-SHA-256": "salt=..."},
+        "users/alice/clients/<default>": {"producer_byte_rate": "70"},
+        "users/alice/clients/app": {"producer_byte_rate": "80"},
+    })
+    key = "producer_byte_rate"
+    assert m.limit(key, "User:alice", "app") == (80, ("alice", "app"))
+    assert m.limit(key, "User:alice", "other") == (70, ("alice", "other"))
+    assert m.limit(key, "User:bob", "app") == (50, ("bob", "app"))
+    assert m.limit(key, "User:bob", "other") == (40, ("bob", "other"))
+    assert m.limit("consumer_byte_rate", "User:bob", "other") is None
+    assert m.enabled
+
+
+def test_a_user_quota_is_shared_by_its_clients_a_default_one_is_not():
+    m = quotas({"users/alice": {"producer_byte_rate": "1000"}, "clients/<default>": {"consumer_byte_rate": "1000"}})
+    assert m.limit("producer_byte_rate", "User:alice", "a")[1] == m.limit("producer_byte_rate", "User:alice", "b")[1]
+    assert m.limit("consumer_byte_rate", "User:x", "a")[1] != m.limit("consumer_byte_rate", "User:x", "b")[1]
+    assert m.record("producer_byte_rate", "User:alice", "a", 10_000, now_ms=0) == 0  # 1,000/s over 10 s: at the bound
+    assert m.record("producer_byte_rate", "User:alice", "b", 10_000, now_ms=0) == 10_000  # the same rate: over it
+    assert m.record("producer_byte_rate", "User:carol", "a", 10_000, now_ms=0) == 0  # no quota
+
+
+def test_unenforced_keys_leave_the_fast_path_on():
+    assert not quotas({"users/alice": {"request_percentage": "50"}}).enabled
+    assert not quotas({}).enabled
+
+
+def test_entity_paths_and_names():
+    assert entities.entity_path([("user", "alice"), ("client-id", None)]) == "users/alice/clients/<default>"
+    assert entities.entity_path([("client-id", "a b*~/")]) == "clients/a%20b%2A%7E%2F"
+    assert entities.entity_components("clients/a%20b%2A%7E%2F") == [("client-id", "a b*~/")]
+    assert entities.entity_path([("ip", None)]) == "ips/<default>"
+    for components, message in (
+            ([], "Invalid empty client quota entity"),
+            ([("user", "a"), ("ip", "127.0.0.1")], "Invalid quota entity combination"),
+            ([("group", "g")], "Unhandled client quota entity type: group"),
+            ([("user", "")], "Empty user not supported"),
+            ([("user", "a"), ("user", "b")], "duplicate entity entry user"),
+            ([("ip", "not-an-ip")], "not-an-ip is not a valid IP")):
+        with pytest.raises(QuotaError, match=message) as caught:
+            entities.entity_path(components)
+        assert caught.value.error == "invalid_request"
+
+
+def test_alterations_are_validated_as_kafkas_controller_does():
+    path = "users/alice"
+    assert entities.altered(path, {"SCRAM-SHA-256": "x"}, [("producer_byte_rate", 1024.0, False)]) == {
+        "SCRAM-SHA-256": "x", "producer_byte_rate": "1024"}
+    assert entities.altered(path, {"producer_byte_rate": "1"}, [("producer_byte_rate", 0.0, True)]) == {}
+    assert entities.altered(path, {}, [("request_percentage", 12.5, False)]) == {"request_percentage": "12.5"}
+    for ops, message in (
+            ([("bogus", 1.0, False)], "Invalid configuration key bogus"),
+            ([("producer_byte_rate", 0.0, False)], "Quota producer_byte_rate must be greater than 0"),
+            ([("producer_byte_rate", 1.5, False)], "producer_byte_rate cannot be a fractional value"),
+            ([("producer_byte_rate", 1.0, False), ("producer_byte_rate", 2.0, False)], "Duplicate quota key"),
+            ([("connection_creation_rate", 1.0, False)], "Invalid configuration key")):
+        with pytest.raises(QuotaError, match=message):
+            entities.altered(path, {}, ops)
+    with pytest.raises(QuotaError, match="too large for an INT"):
+        entities.altered("ips/127.0.0.1", {}, [("connection_creation_rate", 2.0**40, False)])
+
+
+STORED = {
+    "users/alice": {"producer_byte_rate": "1", "SCRAM-SHA-256": "x"},
+    "users/bob": {"SCRAM-SHA-256": "x"},  # no quota: never described
+    "users/<default>": {"consumer_byte_rate": "2"},
+    "users/alice/clients/app": {"request_percentage": "3"},
+    "clients/app": {"producer_byte_rate": "4"},
+    "clients/<default>": {"producer_byte_rate": "5"},
+    "ips/127.0.0.1": {"connection_creation_rate": "6"},
+}
+
+
+def described(components, strict):
+    return [tuple(parts) for parts, _ in entities.describe(STORED, components, strict)]
+
+
+def test_describe_filters_as_the_zookeeper_broker():
+    assert len(described([], strict=False)) == 6
+    assert described([], strict=True) == []
+    assert described([("user", entities.EXACT, "alice")], strict=True) == [(("user", "alice"),)]
+    assert described([("user", entities.EXACT, "alice")], strict=False) == [
+        (("user", "alice"),), (("user", "alice"), ("client-id", "app"))]
+    assert described([("user", entities.DEFAULT_MATCH, None)], strict=True) == [(("user", None),)]
+    assert described([("client-id", entities.SPECIFIED, None)], strict=True) == [
+        (("client-id", None),), (("client-id", "app"),)]
+    assert described([("ip", entities.SPECIFIED, None)], strict=False) == [(("ip", "127.0.0.1"),)]
+    values = dict(entities.describe(STORED, [("user", entities.EXACT, "alice")], True)[0][1])
+    assert values == {"producer_byte_rate": 1.0}  # the SCRAM credential is not a quota
+
+
+@pytest.mark.parametrize("components,error,message", [
+    ([("user", 0, "a"), ("user", 0, "b")], "invalid_request", "Duplicate user filter component"),
+    ([("", 0, "a")], "invalid_request", "Unexpected empty filter component entity type"),
+    ([("group", 0, "a")], "unsupported_version", "Custom entity type 'group' not supported"),
+    ([("user", 0, "a"), ("ip", 2, None)], "invalid_request", "IP filter component should not be used"),
+    ([("user", 7, "a")], "invalid_request", "Unexpected match type: 7"),
+])
+def test_bad_filters_get_kafkas_errors(components, error, message):
+    with pytest.raises(QuotaError, match=message) as caught:
+        entities.describe(STORED, components, False)
+    assert caught.value.error == error
