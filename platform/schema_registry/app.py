@@ -8,14 +8,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from schema_registry.core import Registry, RegistryError
-from schema_registry.routes import compatibility, config, deks, mode, root, schemas, subjects
+from schema_registry.routes import compatibility, config, contexts, deks, mode, root, schemas, subjects
 from schema_registry.routes.common import CONTENT_TYPE, HTTP_REASONS, answer, error, truthy
 
 __all__ = ["CONTENT_TYPE", "ROUTERS", "answer", "create_app", "error", "truthy"]
 
 # the order of registration: /subjects/{s}/versions... match before /subjects/{s}, whatever '/' {s} holds
 ROUTERS = (root.router, schemas.router, subjects.router, compatibility.router, config.router, mode.router,
-           deks.router)
+           deks.router, contexts.router)
 
 
 def create_app(registry: Registry, max_request_bytes: int = 10 * 1024 * 1024) -> FastAPI:

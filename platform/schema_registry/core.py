@@ -1,5 +1,9 @@
-"""The registry itself: subjects, versions, global schema ids, compatibility and mode settings, rebuilt from the
+"""The registry itself: subjects, versions, schema ids, compatibility and mode settings, rebuilt from the
 records of the ``_schemas`` topic (Confluent's key/value shapes) and changed only by writing such records.
+
+Contexts (:mod:`schema_registry.contexts`): a subject ``:.ctx:name`` is in context ``.ctx``, and schema ids are
+per context (``schemas`` is keyed by (context, id)); a subject's config and mode fall back to its context's
+(``:.ctx:``, the global one for the default context), then to ``:.__GLOBAL:``.
 
 Domain errors carry Confluent's error codes; the HTTP layer (app.py) only maps them to statuses.
 """
@@ -14,9 +18,17 @@ from dataclasses import dataclass, field
 import logging
 
 from schema_registry import avro_json, contracts, levels
+from schema_registry.contexts import DEFAULT, context_of, id_context, valid_subject
+from schema_registry.contexts import within as _in
 from schema_registry.canonical import identity
 from schema_registry.guids import parse_guid, schema_guid
 from schema_registry.schema_kinds import KINDS
+from schema_registry.errors import (  # noqa: F401 (re-exported: the routes and tests import them from here)
+    CONTEXT_NOT_EMPTY, FORWARD_ERROR, INCOMPATIBLE, INVALID_LEVEL, INVALID_MODE, INVALID_SCHEMA, INVALID_SUBJECT,
+    INVALID_VERSION, NOT_PERMITTED, SCHEMA_NOT_FOUND, STORE_ERROR, STORE_TIMEOUT, SUBJECT_CONFIG_NOT_FOUND,
+    SUBJECT_MODE_NOT_FOUND, SUBJECT_NOT_FOUND, SUBJECT_NOT_SOFT_DELETED, SUBJECT_SOFT_DELETED, VERSION_NOT_FOUND,
+    VERSION_NOT_SOFT_DELETED, VERSION_SOFT_DELETED, RegistryError)
+from schema_registry.scopes import CONFIG_KEYS, LEVELS, MODES, Scopes  # noqa: F401 (re-exported)
 from schema_registry.compatibility import (
     InvalidSchema,
     canonical,
@@ -26,31 +38,9 @@ from schema_registry.compatibility import (
 
 log = logging.getLogger("schema_registry.core")
 
-# of a CONFIG record's value, as Confluent writes them: the level, normalize, and the data contract settings
-CONFIG_KEYS = ("compatibilityLevel", "normalize", "compatibilityGroup", "defaultMetadata", "overrideMetadata",
-               "defaultRuleSet", "overrideRuleSet")
-SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
-SUBJECT_SOFT_DELETED, SUBJECT_NOT_SOFT_DELETED = 40404, 40405
-VERSION_SOFT_DELETED, VERSION_NOT_SOFT_DELETED = 40406, 40407
-SUBJECT_CONFIG_NOT_FOUND, SUBJECT_MODE_NOT_FOUND = 40408, 40409
-INVALID_SCHEMA, INVALID_VERSION, INVALID_LEVEL, INVALID_MODE, NOT_PERMITTED = 42201, 42202, 42203, 42204, 42205
-INCOMPATIBLE = 409
-STORE_ERROR, STORE_TIMEOUT, FORWARD_ERROR = 50001, 50002, 50003
 SCHEMA_TYPES = ("JSON", "PROTOBUF", "AVRO")  # as GET /schemas/types lists them (Confluent's order)
 DIFFERENT_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
-LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
-MODES = ("READWRITE", "READONLY")
 
-
-class RegistryError(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    @property
-    def status(self) -> int:
-        return self.code if self.code < 1000 else self.code // 100
 
 
 def normalized_references(references: list[dict] | None) -> list[dict]:
@@ -70,6 +60,11 @@ class Stored:
     schema_type: str = "AVRO"
     metadata: dict | None = None  # Confluent's data contract on the schema (contracts.py)
     rule_set: dict | None = None
+    context: str = DEFAULT
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.context, self.schema_id
 
     @functools.cached_property
     def guid(self) -> str:  # an id's text, references and contract never change
@@ -83,20 +78,21 @@ class Version:
     deleted: bool = False
 
 
-class Registry:
+class Registry(Scopes):
     def __init__(self, store, default_level: str, instance_mode: str):
         self.store = store
         self.default_level = default_level.upper()
         self.instance_mode = instance_mode.upper()
-        self.schemas: dict[int, Stored] = {}
+        self.schemas: dict[tuple[str, int], Stored] = {}  # (context, id) -> the schema: ids are per context
         self.subjects: dict[str, dict[int, Version]] = {}
         self.configs: dict[str | None, dict] = {}  # scope (None: global) -> compatibilityLevel and/or normalize
         self.modes: dict[str | None, str] = {}
-        self.max_id = 0
-        self.guids: dict[str, int] = {}  # GUID -> the first schema id with it (Confluent 8's /schemas/guids)
+        self.max_ids: dict[str, int] = {}  # context -> its highest id
+        self.contexts: set[str] = set()  # the named contexts (CONTEXT records); the default one always is
+        self.guids: dict[str, tuple[str, int]] = {}  # GUID -> the first (context, id) with it (/schemas/guids)
         self._lock = asyncio.Lock()
-        self._identities: dict[int, str] = {}  # schema id -> canonical string (a stored id's text never changes)
-        self._parsed: dict[int, object] = {}  # schema id -> a JSON or Protobuf schema parsed (protoc is not free)
+        self._identities: dict[tuple, str] = {}  # (context, id) -> canonical string (an id's text never changes)
+        self._parsed: dict[tuple, object] = {}  # (context, id) -> a JSON or Protobuf schema parsed (protoc is slow)
         self._caught_up: asyncio.Future | None = None  # a new leader's reading of the store to its end
         self.election = None  # schema_registry.election.LeaderElection of a writable instance (set by the service)
         from schema_registry.deks import DekRegistry  # (imports this module)
@@ -127,14 +123,14 @@ class Registry:
             if value is None:  # permanent delete of one version
                 versions.pop(int(key["version"]), None)
                 return
-            sid = int(value["id"])
-            self.max_id = max(self.max_id, sid)
+            sid, context = int(value["id"]), context_of(subject)
+            self.max_ids[context] = max(self.max_ids.get(context, 0), sid)
             versions[int(value["version"])] = Version(int(value["version"]), sid, bool(value.get("deleted")))
-            if sid not in self.schemas:
-                self.schemas[sid] = stored = Stored(sid, value["schema"], value.get("references") or [],
-                                                    value.get("schemaType", "AVRO"), value.get("metadata"),
-                                                    value.get("ruleSet"))
-                self.guids.setdefault(stored.guid, sid)
+            if (context, sid) not in self.schemas:
+                self.schemas[(context, sid)] = stored = Stored(
+                    sid, value["schema"], value.get("references") or [], value.get("schemaType", "AVRO"),
+                    value.get("metadata"), value.get("ruleSet"), context)
+                self.guids.setdefault(stored.guid, stored.key)
         elif kind == "DELETE_SUBJECT" and value is not None:
             for v in self.subjects.get(subject, {}).values():
                 if v.version <= int(value["version"]):
@@ -151,47 +147,28 @@ class Registry:
                 self.modes[subject] = value["mode"]
         elif kind in ("KEK", "DEK"):
             self.deks.apply(key, value)
+        elif kind == "CONTEXT":
+            (self.contexts.add if value is not None else self.contexts.discard)(key.get("context"))
 
     # ---- reads --------------------------------------------------------------------------------------------------
-    def level(self, subject: str | None) -> str:
-        """The subject's level; a subject with a config of its own but no level there has the server's default (as
-        Confluent fills a subject config in), one without a config the global level."""
-        if subject is not None and subject in self.configs:
-            return self.configs[subject].get("compatibilityLevel") or self.default_level
-        return self.configs.get(None, {}).get("compatibilityLevel") or self.default_level
-
-    def config_shown(self, subject: str | None, to_global: bool = False) -> dict:
-        """A scope's config as GET /config shows it: what is set, the level filled in (``to_global``: unset
-        settings of a subject taken from the global config first, Confluent's mergeConfigs)."""
-        config = self.config_in_scope(subject) if to_global else self.configs.get(subject, {})
-        shown = {"compatibilityLevel": config.get("compatibilityLevel") or self.default_level}
-        shown.update((k, config[k]) for k in CONFIG_KEYS[1:] if k in config)
-        return shown
-
-    def config_in_scope(self, subject: str | None) -> dict:
-        """Confluent's ``getConfigInScope``: a subject's config over the global one, or the global one."""
-        return {**self.configs.get(None, {}), **self.configs.get(subject, {})}
-
-    def normalizing(self, subject: str | None) -> bool:
-        """The ``normalize`` config (Confluent's): the subject's if set, else the global one, else false. A request's
-        ``normalize=true`` normalizes too; ``normalize=false`` cannot turn a configured true off, as in Confluent."""
-        found = self.configs.get(subject, {}).get("normalize")
-        return bool(self.configs.get(None, {}).get("normalize") if found is None else found)
-
-    def mode(self, subject: str | None) -> str:
-        return self.modes.get(subject) or self.modes.get(None) or "READWRITE"
-
-    def schema(self, schema_id: int) -> Stored:
-        found = self.schemas.get(schema_id)
+    def schema(self, schema_id: int, subject: str | None = None) -> Stored:
+        """The schema of an id, in the context a ``subject`` names (Confluent's ``getSchemaKeyUsingContexts``:
+        none, the default context; ``:.ctx:``, that one; a plain name found in no default-context subject with
+        that id, the first named context whose subject of that name has it)."""
+        found = self.schemas.get((id_context(self, schema_id, subject), schema_id))
         if found is None:
             raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
         return found
 
+    def stored(self, subject: str, v: Version) -> Stored:
+        """The schema of a subject's version."""
+        return self.schemas[(context_of(subject), v.schema_id)]
+
     def by_guid(self, guid: str) -> Stored:
-        sid = self.guids.get(parse_guid(guid) or "")
-        if sid is None:
+        key = self.guids.get(parse_guid(guid) or "")
+        if key is None:
             raise RegistryError(SCHEMA_NOT_FOUND, f"Schema {guid} not found")
-        return self.schemas[sid]
+        return self.schemas[key]
 
     def subject_names(self, deleted: bool = False) -> list[str]:
         return sorted(s for s, vs in self.subjects.items() if any(deleted or not v.deleted for v in vs.values()))
@@ -228,69 +205,78 @@ class Registry:
                                 "Allowed values are between [1, 2^31-1] and the string \"latest\"")
         return number
 
-    def subjects_of(self, schema_id: int, deleted: bool = False) -> list[tuple[str, int]]:
-        self.schema(schema_id)
+    def subjects_of(self, schema_id: int, deleted: bool = False, subject: str | None = None) -> list[tuple[str, int]]:
+        """(subject, version) holding the id, in the one context :meth:`schema` finds it in."""
+        context = self.schema(schema_id, subject).context
         return sorted((s, v.version) for s, vs in self.subjects.items() for v in vs.values()
-                      if v.schema_id == schema_id and (deleted or not v.deleted))
+                      if v.schema_id == schema_id and (deleted or not v.deleted) and context_of(s) == context)
 
     def referenced_by(self, subject: str, ref: str | int) -> list[int]:
         v = self.version(subject, ref)
-        return sorted(sid for sid, s in self.schemas.items()
-                      if any(r.get("subject") == subject and int(r.get("version", -1)) == v.version
-                             for r in s.references))
+        context = context_of(subject)
+        return sorted(s.schema_id for s in self.schemas.values()
+                      if s.context == context and any(_in(context, r.get("subject")) == subject
+                                                      and int(r.get("version", -1)) == v.version
+                                                      for r in s.references))
 
-    def _referenced(self, ref: dict) -> Stored:
-        """The stored schema a reference names; 42201 when there is none."""
+    def _referenced(self, ref: dict, context: str) -> Stored:
+        """The stored schema a reference names (a plain subject name in the referring schema's context); 42201
+        when there is none."""
         try:
-            return self.schemas[self.version(ref["subject"], ref.get("version", -1)).schema_id]
+            subject = _in(context, ref["subject"])
+            return self.stored(subject, self.version(subject, ref.get("version", -1)))
         except (KeyError, RegistryError):
             raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref} not found") from None
 
-    def _resolve(self, references: list[dict]) -> list[str]:
+    def _resolve(self, references: list[dict], context: str = DEFAULT) -> list[str]:
         """Texts of the referenced schemas, dependencies first."""
         out: list[str] = []
         for ref in references or []:
-            stored = self._referenced(ref)
-            out.extend(t for t in self._resolve(stored.references) if t not in out)
+            stored = self._referenced(ref, context)
+            out.extend(t for t in self._resolve(stored.references, stored.context) if t not in out)
             if stored.text not in out:
                 out.append(stored.text)
         return out
 
-    def _named(self, references: list[dict]) -> dict[str, str]:
+    def _named(self, references: list[dict], context: str = DEFAULT) -> dict[str, str]:
         """A JSON or Protobuf schema's references by the name its ``$ref`` or ``import`` uses, with the references
         of those (by theirs)."""
         out: dict[str, str] = {}
         for ref in references or []:
-            stored = self._referenced(ref)
-            out.update({k: v for k, v in self._named(stored.references).items() if k not in out})
+            stored = self._referenced(ref, context)
+            out.update({k: v for k, v in self._named(stored.references, stored.context).items() if k not in out})
             out[str(ref.get("name"))] = stored.text
         return out
 
-    def _versions(self, references: list[dict]) -> dict[str, tuple[str, int]]:
+    def _versions(self, references: list[dict], context: str = DEFAULT) -> dict[str, tuple[str, int]]:
         """(subject, version) of each reference by its name (``latest`` resolved)."""
-        return {str(r.get("name")): (r.get("subject"), self.version(r["subject"], r.get("version", -1)).version)
+        return {str(r.get("name")): (r.get("subject"),
+                                     self.version(_in(context, r["subject"]), r.get("version", -1)).version)
                 for r in references or []}
+
+    def _parse_stored(self, stored: Stored):
+        return KINDS[stored.schema_type].parse_stored(stored.text, self._named(stored.references, stored.context),
+                                                      self._versions(stored.references, stored.context))
 
     def parsed(self, stored: Stored):
         if stored.schema_type == "AVRO":
-            return parse(stored.text, self._resolve(stored.references))
-        found = self._parsed.get(stored.schema_id)
+            return parse(stored.text, self._resolve(stored.references, stored.context))
+        found = self._parsed.get(stored.key)
         if found is None:
-            kind = KINDS[stored.schema_type]
-            found = kind.parse_stored(stored.text, self._named(stored.references), self._versions(stored.references))
-            self._parsed[stored.schema_id] = found
+            found = self._parsed[stored.key] = self._parse_stored(stored)
         return found
 
     async def warm(self, stored: Stored, quiet: bool = True) -> None:
         """Parse a JSON or Protobuf schema not parsed before off the event loop (protoc is a child process), so
         that :meth:`parsed` finds it. ``quiet``: a schema that does not parse is left for :meth:`parsed` to
         refuse."""
-        if stored.schema_type == "AVRO" or stored.schema_id in self._parsed:
+        if stored.schema_type == "AVRO" or stored.key in self._parsed:
             return
-        kind = KINDS[stored.schema_type]
         try:
-            self._parsed[stored.schema_id] = await asyncio.to_thread(
-                kind.parse_stored, stored.text, self._named(stored.references), self._versions(stored.references))
+            named, versions = self._named(stored.references, stored.context), self._versions(stored.references,
+                                                                                           stored.context)
+            self._parsed[stored.key] = await asyncio.to_thread(KINDS[stored.schema_type].parse_stored, stored.text,
+                                                               named, versions)
         except (InvalidSchema, RegistryError):
             if not quiet:
                 raise
@@ -305,14 +291,14 @@ class Registry:
                 raise RegistryError(INVALID_SCHEMA, str(exc)) from None
         return stored.text
 
-    async def parsed_previous(self, versions: list[Version]) -> list[tuple[Version, Stored, object]]:
+    async def parsed_previous(self, subject: str, versions: list[Version]) -> list[tuple[Version, Stored, object]]:
         """The parsed schemas of ``versions``, leaving out (with a warning) any stored schema that no longer
         parses under the current rules, as Confluent skips previous schemas it cannot parse. A JSON or Protobuf
         schema not parsed before is parsed off the event loop (protoc is a child process)."""
         out = []
         for v in versions:
             try:
-                stored = self.schemas[v.schema_id]
+                stored = self.stored(subject, v)
                 await self.warm(stored, quiet=False)
                 out.append((v, stored, self.parsed(stored)))
             except (InvalidSchema, RegistryError) as exc:
@@ -321,23 +307,23 @@ class Registry:
         return out
 
     def identity_of(self, stored: Stored) -> str:
-        cached = self._identities.get(stored.schema_id)
+        cached = self._identities.get(stored.key)
         if cached is not None:
             return cached
         if stored.schema_type != "AVRO":
-            self._identities[stored.schema_id] = key = KINDS[stored.schema_type].identity(stored.text)
+            self._identities[stored.key] = key = KINDS[stored.schema_type].identity(stored.text)
             return key
         try:
-            refs = self._resolve(stored.references)
+            refs = self._resolve(stored.references, stored.context)
         except RegistryError:
             refs = []
-        self._identities[stored.schema_id] = key = identity(stored.text, refs)
+        self._identities[stored.key] = key = identity(stored.text, refs)
         return key
 
-    def key_of(self, text: str, schema_type: str, references: list[dict]) -> str:
+    def key_of(self, text: str, schema_type: str, references: list[dict], context: str = DEFAULT) -> str:
         if schema_type != "AVRO":
             return KINDS[schema_type].identity(text)
-        return identity(text, self._resolve(references))
+        return identity(text, self._resolve(references, context))
 
     def same(self, stored: Stored, key: str, references: list[dict], schema_type: str = "AVRO",
              contract: tuple | None = (None, None)) -> bool:
@@ -370,18 +356,19 @@ class Registry:
                                             KINDS[kind].incompatible)
         return incompatibilities(new, [p for _, _, p in against], level)
 
-    async def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool):
+    async def prepare(self, text: str, schema_type: str | None, references: list[dict], normalize: bool,
+                      context: str = DEFAULT):
         """The text to store and the parsed schema; 42201 for a schema that does not parse. A JSON or Protobuf
-        schema is parsed off the event loop (its references resolved on it first)."""
+        schema is parsed off the event loop (its references resolved on it first, in ``context``)."""
         kind = self.schema_type(schema_type)
         if kind != "AVRO":
-            named, versions = self._named(references), self._versions(references)
+            named, versions = self._named(references, context), self._versions(references, context)
             try:
                 return await asyncio.to_thread(KINDS[kind].prepare, text, named, versions, normalize)
             except InvalidSchema as exc:
                 raise RegistryError(INVALID_SCHEMA, str(exc)) from None
         try:
-            referenced = self._resolve(references)
+            referenced = self._resolve(references, context)
             schema = parse(canonical(text), referenced)  # validated first: non-JSON and bad schemas are 42201
             try:
                 text = avro_json.write(json.loads(text), [json.loads(r) for r in referenced], normalize)
@@ -401,10 +388,11 @@ class Registry:
         references = normalized_references(references) if normalize else references
         versions = self.versions(subject, deleted=deleted)
         kind = self.schema_type(schema_type)
-        text, _ = await self.prepare(text, kind, references, normalize)
-        key = self.key_of(text, kind, references)
+        context = context_of(subject)
+        text, _ = await self.prepare(text, kind, references, normalize, context)
+        key = self.key_of(text, kind, references, context)
         for v in reversed(versions):
-            stored = self.schemas[v.schema_id]
+            stored = self.stored(subject, v)
             if self.same(stored, key, references, kind, contract):
                 return v, stored
         raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
@@ -414,7 +402,7 @@ class Registry:
         key/value asked (a version without metadata never matches); 40401 without the subject, else 40403."""
         versions = self.versions(subject, deleted=deleted)
         for v in reversed(versions):
-            meta = self.schemas[v.schema_id].metadata
+            meta = self.stored(subject, v).metadata
             if meta is not None and wanted.items() <= meta.get("properties", {}).items():
                 return v
         raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
@@ -422,7 +410,8 @@ class Registry:
     async def check(self, subject: str, text: str, schema_type: str | None, references: list[dict],
                     version: str | int | None, normalize: bool = False) -> list[str]:
         kind = self.schema_type(schema_type)
-        _, new = await self.prepare(text, kind, references, normalize or self.normalizing(subject))
+        _, new = await self.prepare(text, kind, references, normalize or self.normalizing(subject),
+                                    context_of(subject))
         if version is None:
             try:
                 existing = self.versions(subject)
@@ -441,7 +430,7 @@ class Registry:
                     return []
                 raise RegistryError(VERSION_NOT_FOUND, f"Version {self.parse_version(version)} not found.") from None
             level = self.level(subject).replace("_TRANSITIVE", "")
-        return self.incompatibilities(kind, new, await self.parsed_previous(existing), level)
+        return self.incompatibilities(kind, new, await self.parsed_previous(subject, existing), level)
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     def _writable(self, subject: str | None) -> None:
@@ -455,37 +444,42 @@ class Registry:
                        ) -> tuple[Version, Stored]:
         """Register (or find) the schema under the subject: its version there and the stored schema. Metadata or
         a rule set not sent are the latest version's, as Confluent's ``maybeSetMetadataRuleSet`` takes them."""
+        if not valid_subject(subject):
+            raise RegistryError(INVALID_SUBJECT, f"The specified subject '{subject}' is not a valid.")  # sic
         self._writable(subject)
         normalize = normalize or self.normalizing(subject)
         references = normalized_references(references) if normalize else references
+        context = context_of(subject)
         async with self._lock:
             await self._ready()
             kind = self.schema_type(schema_type)
-            text, new = await self.prepare(text, kind, references, normalize)
+            text, new = await self.prepare(text, kind, references, normalize, context)
             existing = self.subjects.get(subject, {})
             live = [v for _, v in sorted(existing.items()) if not v.deleted]
-            key = self.key_of(text, kind, references)
+            key = self.key_of(text, kind, references, context)
             if live:
-                previous = self.schemas[live[-1].schema_id]
+                previous = self.stored(subject, live[-1])
                 metadata = previous.metadata if metadata is None else metadata
                 rule_set = previous.rule_set if rule_set is None else rule_set
             config = self.config_in_scope(subject)
             metadata, rule_set = contracts.with_config(config, metadata, rule_set)
             contract = (metadata, rule_set)
             for v in live:
-                if self.same(self.schemas[v.schema_id], key, references, kind, contract):
-                    return v, self.schemas[v.schema_id]  # already registered: same id, no new version
+                if self.same(self.stored(subject, v), key, references, kind, contract):
+                    return v, self.stored(subject, v)  # already registered: same id, no new version
             group = config.get("compatibilityGroup")  # only versions of the same group's value are checked
             if group is not None:
                 ours = (metadata or {}).get("properties", {}).get(group)
                 live = [v for v in live
-                        if (self.schemas[v.schema_id].metadata or {}).get("properties", {}).get(group) == ours]
-            problems = self.incompatibilities(kind, new, await self.parsed_previous(live), self.level(subject))
+                        if (self.stored(subject, v).metadata or {}).get("properties", {}).get(group) == ours]
+            problems = self.incompatibilities(kind, new, await self.parsed_previous(subject, live),
+                                              self.level(subject))
             if problems:
                 raise RegistryError(INCOMPATIBLE, "Schema being registered is incompatible with an earlier "
                                     "schema for subject \"" + subject + "\", details: " + json.dumps(problems))
-            sid = next((s.schema_id for s in self.schemas.values()
-                        if self.same(s, key, references, kind, contract)), self.max_id + 1)
+            sid = next((s.schema_id for s in self.schemas.values()  # ids are per context
+                        if s.context == context and self.same(s, key, references, kind, contract)),
+                       self.max_ids.get(context, 0) + 1)
             version = max(existing, default=0) + 1
             value = {"subject": subject, "version": version, "id": sid, "schema": text, "deleted": False}
             if kind != "AVRO":
@@ -496,10 +490,14 @@ class Registry:
                 value["metadata"] = metadata
             if rule_set is not None:
                 value["ruleSet"] = rule_set
+            if context != DEFAULT and context not in self.contexts:  # Confluent's ContextKey, once per context
+                await self.store.write({"keytype": "CONTEXT", "tenant": "default", "context": context, "magic": 0},
+                                       {"tenant": "default", "context": context})
             await self.store.write({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1},
                                    value)
             return (self.subjects.get(subject, {}).get(version) or Version(version, sid),
-                    self.schemas.get(sid) or Stored(sid, text, references, kind, metadata, rule_set))
+                    self.schemas.get((context, sid)) or Stored(sid, text, references, kind, metadata, rule_set,
+                                                               context))
 
     async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         self._writable(subject)
@@ -531,7 +529,7 @@ class Registry:
                 raise RegistryError(VERSION_SOFT_DELETED, f"Subject '{subject}' Version {v.version} was soft "
                                     "deleted. Set permanent=true to delete permanently")
             if not permanent:
-                stored = self.schemas[v.schema_id]
+                stored = self.stored(subject, v)
                 value = {"subject": subject, "version": v.version, "id": v.schema_id, "schema": stored.text,
                          "deleted": True}
                 if stored.schema_type != "AVRO":
@@ -548,37 +546,12 @@ class Registry:
                                    None)
             return v.version
 
-    async def set_config(self, subject: str | None, changes: dict | None) -> dict | None:
-        """Update a scope's config as Confluent's ConfigValue.update: ``changes`` maps ``compatibilityLevel``,
-        ``normalize`` or a contract setting (already in its written form) to a new value, or to None to clear it;
-        what it does not name stays. ``changes`` None deletes
-        the scope's config (a tombstone). Returns the config written."""
-        self._writable(subject)
-        await self._ready()
-        value = None
-        if changes is not None:
-            level = changes.get("compatibilityLevel")
-            if level is not None and (not isinstance(level, str) or level.upper() not in LEVELS):
-                raise RegistryError(INVALID_LEVEL, f"Invalid compatibility level. Valid values are {list(LEVELS)}")
-            value = dict(self.configs.get(subject, {}))
-            for key, new in changes.items():
-                if new is None:
-                    value.pop(key, None)
-                elif key == "compatibilityLevel":
-                    value[key] = new.upper()
-                else:
-                    value[key] = bool(new) if key == "normalize" else new
-        await self.store.write({"keytype": "CONFIG", "subject": subject, "magic": 0}, value)
-        return value
-
-    async def set_mode(self, subject: str | None, mode: str | None) -> None:
-        """``None`` deletes the subject's mode (a tombstone)."""
+    async def delete_context(self, context: str) -> None:
+        """Confluent's DELETE /contexts/{ctx}: refused (42211) while any subject of it, even a soft-deleted one,
+        is left."""
         if self.instance_mode == "READONLY":
             raise RegistryError(NOT_PERMITTED, "This registry instance is read-only (mode=READONLY)")
         await self._ready()
-        if mode is None and subject is not None:
-            await self.store.write({"keytype": "MODE", "subject": subject, "magic": 0}, None)
-            return
-        if not isinstance(mode, str) or mode.upper() not in MODES:
-            raise RegistryError(INVALID_MODE, f"Invalid mode. Valid values are {list(MODES)}")
-        await self.store.write({"keytype": "MODE", "subject": subject, "magic": 0}, {"mode": mode.upper()})
+        if any(context_of(s) == context and versions for s, versions in self.subjects.items()):
+            raise RegistryError(CONTEXT_NOT_EMPTY, f"The specified context ':{context}:' is not empty.")
+        await self.store.write({"keytype": "CONTEXT", "tenant": "default", "context": context, "magic": 0}, None)

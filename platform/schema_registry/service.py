@@ -10,6 +10,7 @@ from schema_registry.app import CONTENT_TYPE, create_app
 from schema_registry.config import RegistryConfig
 from schema_registry.core import Registry
 from schema_registry.election import LeaderElection
+from schema_registry.contexts import ContextFilter
 from schema_registry.forwarding import Forwarding
 from schema_registry.metrics import RequestMetrics, collect
 from schema_registry.negotiation import Negotiation
@@ -33,7 +34,7 @@ def build_app(config: RegistryConfig, registry: Registry, election: LeaderElecti
     authenticator = config.authenticator()
     if authenticator is not None:
         app = HttpAuth(app, authenticator, config.role_policy(), content_type=CONTENT_TYPE)
-    return RequestMetrics(app, api.routes, forwarding)
+    return RequestMetrics(ContextFilter(app), api.routes, forwarding)  # contexts' paths rewritten before the rest
 
 
 async def serve(config: RegistryConfig) -> None:

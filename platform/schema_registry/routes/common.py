@@ -100,7 +100,7 @@ def with_contract(out: dict, stored) -> dict:
 
 
 def version_body(registry: Registry, subject: str, v: Version, fmt: str | None = None) -> dict:
-    stored = registry.schema(v.schema_id)
+    stored = registry.stored(subject, v)
     out = {"subject": subject, "version": v.version, "id": v.schema_id, "guid": stored.guid,
            "schema": registry.serialized(stored, fmt)}
     if stored.schema_type != "AVRO":

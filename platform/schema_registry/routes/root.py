@@ -1,4 +1,4 @@
-"""``/``, ``/status`` (the replay's health and the leader election) and ``/contexts``."""
+"""``/`` and ``/status`` (the replay's health and the leader election)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,3 @@ async def status(registry: RegistryDep):
                    "elections": election.elections if election is not None else 0,
                    "forwarded": election.forwarded if election is not None else 0})
 
-
-@router.get("/contexts")
-async def contexts():
-    return answer(["."])  # only Confluent's default context

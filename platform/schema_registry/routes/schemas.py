@@ -1,9 +1,11 @@
-"""``/schemas``: all versions, the schema types, and a schema by its global id."""
+"""``/schemas``: all versions, the schema types, and a schema by its id (in the context ``subject`` names: the
+default one without it, see ``Registry.schema``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
+from schema_registry.contexts import matches_prefix
 from schema_registry.core import SCHEMA_TYPES, RegistryError
 from schema_registry.routes.common import RegistryDep, answer, raw, truthy, version_body, with_contract
 
@@ -16,7 +18,7 @@ async def schemas(registry: RegistryDep, subjectPrefix: str = "",  # noqa: N803 
                   offset: int = 0, limit: int = -1):
     out = []
     for subject in registry.subject_names(truthy(deleted)):
-        if not subject.startswith(subjectPrefix):
+        if not matches_prefix(subject, subjectPrefix):  # "" (the default): the default context's only
             continue
         found = registry.versions(subject, truthy(deleted))
         out.extend(version_body(registry, subject, v) for v in (found[-1:] if truthy(latestOnly) else found))
@@ -32,7 +34,7 @@ async def types():
 @router.get("/schemas/ids/{schema_id}")
 async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None,
                        format: str | None = None):  # noqa: A002 (Confluent's name)
-    return answer(await schema_string(registry, registry.schema(schema_id), format))
+    return answer(await schema_string(registry, registry.schema(schema_id, subject), format))
 
 
 @router.get("/schemas/guids/{guid}")
@@ -43,11 +45,13 @@ async def schema_by_guid(guid: str, registry: RegistryDep, format: str | None = 
 
 @router.get("/schemas/guids/{guid}/ids")
 async def ids_of_guid(guid: str, registry: RegistryDep):
-    """The ids with this GUID, per context (logbus has the default context only); [] for an unknown GUID."""
+    """The ids with this GUID: each context's; [] for an unknown GUID."""
     try:
-        return answer([{"context": ".", "id": registry.by_guid(guid).schema_id}])
+        guid = registry.by_guid(guid).guid
     except RegistryError:
         return answer([])
+    return answer([{"context": s.context, "id": s.schema_id}
+                   for s in sorted(registry.schemas.values(), key=lambda s: s.key) if s.guid == guid])
 
 
 async def schema_string(registry, stored, fmt: str | None) -> dict:
@@ -65,15 +69,18 @@ async def schema_string(registry, stored, fmt: str | None) -> dict:
 
 
 @router.get("/schemas/ids/{schema_id}/schema")
-async def raw_schema_by_id(schema_id: int, registry: RegistryDep):
-    return raw(registry.schema(schema_id))
+async def raw_schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None):
+    return raw(registry.schema(schema_id, subject))
 
 
 @router.get("/schemas/ids/{schema_id}/subjects")
-async def subjects_of_id(schema_id: int, registry: RegistryDep, deleted: str | None = None):
-    return answer(sorted({s for s, _ in registry.subjects_of(schema_id, truthy(deleted))}))
+async def subjects_of_id(schema_id: int, registry: RegistryDep, deleted: str | None = None,
+                         subject: str | None = None):
+    return answer(sorted({s for s, _ in registry.subjects_of(schema_id, truthy(deleted), subject)}))
 
 
 @router.get("/schemas/ids/{schema_id}/versions")
-async def versions_of_id(schema_id: int, registry: RegistryDep, deleted: str | None = None):
-    return answer([{"subject": s, "version": v} for s, v in registry.subjects_of(schema_id, truthy(deleted))])
+async def versions_of_id(schema_id: int, registry: RegistryDep, deleted: str | None = None,
+                         subject: str | None = None):
+    return answer([{"subject": s, "version": v}
+                   for s, v in registry.subjects_of(schema_id, truthy(deleted), subject)])

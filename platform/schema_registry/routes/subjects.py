@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from schema_registry import protobuf_schema
+from schema_registry.contexts import matches_prefix
 from schema_registry.routes.common import (
     RegistryDep,
     answer,
@@ -24,8 +25,10 @@ router = APIRouter()
 
 
 @router.get("/subjects")
-async def subjects(registry: RegistryDep, deleted: str | None = None):
-    return answer(registry.subject_names(truthy(deleted)))
+async def subjects(registry: RegistryDep, deleted: str | None = None,
+                   subjectPrefix: str | None = None):  # noqa: N803 (Confluent's name)
+    """Every context's subjects (qualified) without ``subjectPrefix``; with one, its context's (``:*:``: all)."""
+    return answer([s for s in registry.subject_names(truthy(deleted)) if matches_prefix(s, subjectPrefix)])
 
 
 @router.get("/subjects/{subject:path}/versions")
@@ -78,7 +81,7 @@ async def get_version(subject: str, version: str, registry: RegistryDep, deleted
 
 @router.get("/subjects/{subject:path}/versions/{version}/schema")
 async def get_version_schema(subject: str, version: str, registry: RegistryDep):
-    return raw(registry.schema(registry.version(subject, version).schema_id))
+    return raw(registry.stored(subject, registry.version(subject, version)))
 
 
 @router.get("/subjects/{subject:path}/versions/{version}/referencedby")
