@@ -270,6 +270,9 @@ KEYS: dict[str, Key] = {
             "open-file limit allows, (RLIMIT_NOFILE - 1024) / 4."),
         Key("quota.window.num", _int(1), 11, "Samples a client quota's rate is kept in (Kafka's name)."),
         Key("quota.window.size.seconds", _int(1), 1, "Seconds each sample of a client quota's rate spans."),
+        Key("controller.quota.window.num", _int(1), 11, "Windows of controller_mutation_rate a client may spend "
+            "at once (the token bucket's burst: num x size x quota)."),
+        Key("controller.quota.window.size.seconds", _int(1), 1, "Seconds of each such window."),
         Key("zookeeper.connect", _str, None, "ZooKeeper host:port[/chroot]: cluster mode (none: standalone)."),
         Key("zookeeper.session.timeout.ms", _int(1), 18000, "ZooKeeper session timeout."),
         Key("zookeeper.connection.timeout.ms", _int(1), None, "Wait this long for ZooKeeper at start-up "

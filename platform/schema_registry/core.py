@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import logging
 
 from schema_registry import avro_json, contracts, levels
-from schema_registry.contexts import DEFAULT, context_of, id_context, valid_subject
+from schema_registry.contexts import DEFAULT, context_of, id_context, split, valid_subject
 from schema_registry.contexts import within as _in
 from schema_registry.canonical import identity
 from schema_registry.guids import parse_guid, schema_guid
@@ -159,6 +159,12 @@ class Registry(Scopes):
         if found is None:
             raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
         return found
+
+    def using_contexts(self, subject: str) -> list[str]:
+        """Confluent's ``getUsingContexts``: where a subject is looked for by version reads and lookups — a plain
+        name in the default context first, then in each named context."""
+        context, name = split(subject)
+        return [subject] if context != DEFAULT else [subject, *(f":{c}:{name}" for c in sorted(self.contexts))]
 
     def stored(self, subject: str, v: Version) -> Stored:
         """The schema of a subject's version."""

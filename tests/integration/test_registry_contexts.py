@@ -56,6 +56,12 @@ def test_contexts_keep_their_own_ids_subjects_and_settings(broker, registry):
     assert requests.get(f"{url}/contexts/.prod/schemas/ids/1/versions").json() == [
         {"subject": ":.prod:orders-value", "version": 1}]
     assert requests.get(f"{url}/subjects/:.prod:orders-value/versions/1").json()["id"] == 1
+    # a plain name found in no default-context subject is looked for in the named contexts (getUsingContexts)
+    found = requests.get(f"{url}/subjects/other-value/versions/latest").json()
+    assert (found["subject"], found["id"]) == (":.prod:other-value", 2)
+    found = requests.post(f"{url}/subjects/other-value", json={"schema": record("Order", "id")}, headers=CT).json()
+    assert (found["subject"], found["version"]) == (":.prod:other-value", 1)
+    assert requests.get(f"{url}/subjects/nowhere/versions/1").json()["error_code"] == 40401
     # a context's config and mode: its subjects follow them, the default context does not
     assert requests.put(f"{url}/contexts/.prod/config", json={"compatibility": "NONE"}, headers=CT).ok
     assert requests.get(f"{url}/config/:.prod:").json()["compatibilityLevel"] == "NONE"

@@ -152,3 +152,35 @@ def test_bad_filters_get_kafkas_errors(components, error, message):
     with pytest.raises(QuotaError, match=message) as caught:
         entities.describe(STORED, components, False)
     assert caught.value.error == error
+
+
+def test_the_token_bucket_of_controller_mutations():
+    from broker.client_quotas.rate import TokenBucket
+
+    bucket = TokenBucket(num=2, window_ms=1000)  # burst: 2 s of the quota
+    assert bucket.throttle_ms(5, now=0) == 0  # full at first: 10 tokens
+    bucket.record(12, 5, now=0)
+    assert bucket.throttle_ms(5, now=0) == 400  # -2 tokens at 5 a second
+    assert bucket.throttle_ms(5, now=400) == 0
+    assert bucket.throttle_ms(5, now=100_000) == 0 and bucket.tokens == 10  # never more than the burst
+
+
+def test_strict_and_permissive_mutation_quotas():
+    m = ClientQuotaManager(mutation_num=2, mutation_window_ms=1000)
+    m.update({"clients/c": {"controller_mutation_rate": "1"}})
+    assert m.mutations_enabled and not m.enabled  # the produce fast path stays on
+    strict = m.mutation_quota("User:ANONYMOUS", "c", strict=True)
+    assert not strict.exceeded()
+    strict.record(5)  # a burst of 2 taken whole: the bucket at -3
+    assert strict.exceeded() and 2900 <= strict.throttle <= 3000
+    permissive = m.mutation_quota("User:ANONYMOUS", "c", strict=False)  # the same bucket (the client's)
+    assert not permissive.exceeded()
+    permissive.record(1)
+    assert permissive.throttle >= 3900
+    assert m.mutation_quota("User:ANONYMOUS", "other", strict=True) is None
+
+
+def test_values_written_by_hand_that_are_not_positive_numbers_are_no_quota():
+    m = quotas({"clients/a": {"producer_byte_rate": "0"}, "clients/b": {"producer_byte_rate": "x"},
+                "clients/c": {"producer_byte_rate": "-5", "consumer_byte_rate": "inf"}})
+    assert not m.enabled and m.quotas == {}

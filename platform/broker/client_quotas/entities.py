@@ -32,7 +32,8 @@ CONNECTION_CREATION_RATE = "connection_creation_rate"
 USER_CLIENT_KEYS = {PRODUCER_BYTE_RATE: "LONG", CONSUMER_BYTE_RATE: "LONG", REQUEST_PERCENTAGE: "DOUBLE",
                     CONTROLLER_MUTATION_RATE: "DOUBLE"}
 IP_KEYS = {CONNECTION_CREATION_RATE: "INT"}
-ENFORCED = frozenset((PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE))  # the others are stored and described only
+BYTE_RATES = frozenset((PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE))
+ENFORCED = BYTE_RATES | {CONTROLLER_MUTATION_RATE}  # the others are stored and described only
 _MAX = {"INT": 2**31 - 1, "LONG": 2**63 - 1}
 
 EXACT, DEFAULT_MATCH, SPECIFIED = 0, 1, 2  # DescribeClientQuotas match types
@@ -110,15 +111,18 @@ def valid_keys(path: str) -> dict[str, str]:
 
 
 def quota_values(path: str, config: dict) -> dict[str, float]:
-    """The quota configs of an entity's stored config (a user's node also holds its SCRAM credentials)."""
+    """The quota configs of an entity's stored config (a user's node also holds its SCRAM credentials); a value
+    that is not a positive number (written by hand) is left out: no quota rather than a broken one."""
     keys = valid_keys(path)
     out = {}
     for key, value in config.items():
         if key in keys:
             try:
-                out[key] = float(value)
+                number = float(value)
             except (TypeError, ValueError):
                 continue
+            if number > 0 and number != float("inf"):
+                out[key] = number
     return out
 
 

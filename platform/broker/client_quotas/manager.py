@@ -1,5 +1,7 @@
 """What a client's requests pay: Kafka's ``ClientQuotaManager`` for ``producer_byte_rate`` (bytes of a Produce
-request's records) and ``consumer_byte_rate`` (bytes of a Fetch answer's records; followers are exempt).
+request's records) and ``consumer_byte_rate`` (bytes of a Fetch answer's records; followers are exempt), and its
+``ControllerMutationQuotaManager`` for ``controller_mutation_rate`` (partitions created or deleted, in a token
+bucket: :class:`MutationQuota`).
 
 The quota of a request is the most specific entity that sets that key, in Kafka's order: user and client id,
 user and default client id, user, default user and client id, default user and default client id, default user,
@@ -23,7 +25,8 @@ import logging
 import time
 
 from broker.client_quotas import entities, store
-from broker.client_quotas.rate import Rate
+from broker.client_quotas.rate import Rate, TokenBucket
+from broker.network.session import ANONYMOUS, current_session
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +38,20 @@ def _user(principal: str) -> str:
 
 
 class ClientQuotaManager:
-    def __init__(self, num: int = 11, window_ms: int = 1000):
+    def __init__(self, num: int = 11, window_ms: int = 1000, mutation_num: int = 11, mutation_window_ms: int = 1000):
         self.num, self.window_ms = num, window_ms
-        self.enabled = False
+        self.mutation_num, self.mutation_window_ms = mutation_num, mutation_window_ms
+        self.enabled = False  # a byte rate is set somewhere (the request path pays for quotas only then)
+        self.mutations_enabled = False
+        self._buckets: dict[tuple, TokenBucket] = {}
         self.quotas: dict[str, dict[str, float]] = {}  # entity path -> quota values
         self._rates: dict[tuple, Rate] = {}
         self.throttled: dict[str, list] = {}  # key -> [throttled answers, throttle ms in all]
 
     @classmethod
     def from_config(cls, config) -> "ClientQuotaManager":
-        return cls(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
+        return cls(config["quota.window.num"], config["quota.window.size.seconds"] * 1000,
+                   config["controller.quota.window.num"], config["controller.quota.window.size.seconds"] * 1000)
 
     def update(self, stored: dict[str, dict]) -> None:
         """Take every entity's stored config (the whole set: what is not in it has no quota any more)."""
@@ -55,7 +62,8 @@ class ClientQuotaManager:
             log.warning("client quotas: %s stored but not enforced by logbus (only %s are)", ", ".join(ignored),
                         ", ".join(sorted(entities.ENFORCED)))
         self.quotas = quotas
-        self.enabled = any(key in entities.ENFORCED for values in quotas.values() for key in values)
+        self.enabled = any(key in entities.BYTE_RATES for values in quotas.values() for key in values)
+        self.mutations_enabled = any(entities.CONTROLLER_MUTATION_RATE in values for values in quotas.values())
         # rates are kept: a client's bound is looked up at each request, so a changed quota applies at once
 
     def limit(self, key: str, principal: str, client_id: str | None) -> tuple[float, tuple] | None:
@@ -112,10 +120,65 @@ class ClientQuotaManager:
             return None
         return max(int(self._rate(key, found[1]).max_in_window(found[0])), 1)
 
+    def mutation_quota(self, principal: str, client_id: str | None, strict: bool) -> "MutationQuota | None":
+        """The controller mutation quota of one CreateTopics / CreatePartitions / DeleteTopics request; None: the
+        client has none."""
+        found = self.limit(entities.CONTROLLER_MUTATION_RATE, principal, client_id) if self.mutations_enabled else None
+        if found is None:
+            return None
+        bound, tags = found
+        bucket = self._buckets.get(tags)
+        if bucket is None:
+            bucket = self._buckets[tags] = TokenBucket(self.mutation_num, self.mutation_window_ms)
+        return MutationQuota(bucket, bound, strict)
+
     def note_throttle(self, key: str, ms: int) -> None:
         entry = self.throttled.setdefault(key, [0, 0])
         entry[0] += 1
         entry[1] += ms
+
+
+class MutationQuota:
+    """Kafka's ``StrictControllerMutationQuota`` (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+: a
+    mutation is refused with THROTTLING_QUOTA_EXCEEDED while the bucket is below zero, and any mutation is taken
+    while it is not) or ``PermissiveControllerMutationQuota`` (older versions: every mutation taken, the answer
+    throttled once the bucket is below zero)."""
+
+    def __init__(self, bucket: TokenBucket, bound: float, strict: bool):
+        self.bucket, self.bound, self.strict = bucket, bound, strict
+        self.throttle = 0
+
+    def exceeded(self) -> bool:
+        """Strict: whether the next mutation must be refused (the throttle time is kept for the answer)."""
+        if not self.strict:
+            return False
+        wait = self.bucket.throttle_ms(self.bound, time.monotonic() * 1000)
+        self.throttle = max(self.throttle, wait)
+        return wait > 0
+
+    def record(self, partitions: int) -> None:
+        now = time.monotonic() * 1000
+        self.bucket.record(partitions, self.bound, now)
+        if not self.strict:
+            self.throttle = max(self.throttle, self.bucket.throttle_ms(self.bound, now))
+
+
+def mutation_quota(broker, header, strict_since: int) -> MutationQuota | None:
+    """A CreateTopics / CreatePartitions / DeleteTopics request's controller mutation quota (None: none)."""
+    if not broker.client_quotas.mutations_enabled:
+        return None
+    session = current_session.get()
+    return broker.client_quotas.mutation_quota(session.principal if session is not None else ANONYMOUS,
+                                               header.client_id, header.api_version >= strict_since)
+
+
+def mutations_throttle(broker, quota: MutationQuota | None) -> int:
+    """The answer's throttle time for a mutation quota; the connection muted that long."""
+    if quota is None or not quota.throttle:
+        return 0
+    broker.client_quotas.note_throttle(entities.CONTROLLER_MUTATION_RATE, quota.throttle)
+    mute(current_session.get(), quota.throttle)
+    return quota.throttle
 
 
 def mute(session, ms: int) -> None:

@@ -61,3 +61,29 @@ class Rate:
     def max_in_window(self, bound: float) -> float:
         """``ClientQuotaManager.getMaxValueInQuotaWindow``: what one request may take at most (a fetch's bytes)."""
         return bound * (self.num - 1) * self.window_ms / 1000.0
+
+
+class TokenBucket:
+    """Kafka's ``TokenBucket`` (KIP-599, the controller mutation quota): ``num × window`` seconds' worth of the
+    quota as a burst, refilled at the quota's rate; a mutation takes its partitions' worth of tokens (the bucket
+    may go below zero). Below zero the quota is exceeded, for ``-tokens / quota`` seconds."""
+
+    __slots__ = ("num", "window_ms", "tokens", "last")
+
+    def __init__(self, num: int = 11, window_ms: int = 1000):
+        self.num, self.window_ms = num, window_ms
+        self.tokens: float | None = None  # full at the first look
+        self.last = 0.0
+
+    def _refill(self, quota: float, now: float) -> None:
+        burst = quota * self.num * self.window_ms / 1000.0
+        tokens = burst if self.tokens is None else self.tokens + quota * (now - self.last) / 1000.0
+        self.tokens, self.last = min(burst, tokens), now
+
+    def record(self, value: float, quota: float, now: float) -> None:
+        self._refill(quota, now)
+        self.tokens -= value
+
+    def throttle_ms(self, quota: float, now: float) -> int:
+        self._refill(quota, now)
+        return 0 if self.tokens >= 0 else round(-self.tokens / quota * 1000.0)

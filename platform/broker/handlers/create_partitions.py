@@ -9,12 +9,14 @@ twice is INVALID_REQUEST, one result per name.
 
 import time
 
+from broker.client_quotas.manager import mutation_quota, mutations_throttle
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, ms, nested, response_class
 from broker.security import access
 
 KEY = 37
+STRICT_SINCE = 3  # KIP-599 (controller_mutation_rate: the partitions added)
 
 
 @handles(KEY, "CreatePartitions", 0, 3)
@@ -25,6 +27,7 @@ async def handle(broker, header, request):
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
+    quota = mutation_quota(broker, header, STRICT_SINCE)
     outcome: dict[str, tuple[ErrorCode, str | None]] = {}
     created: dict[str, list[int]] = {}
     for topic in request.topics:
@@ -38,8 +41,12 @@ async def handle(broker, header, request):
             continue
         assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
         try:
+            if quota is not None and not request.validate_only and quota.exceeded():
+                raise TopicError("throttling_quota_exceeded", "The throttling quota has been exceeded.")
             created[topic.name] = await broker.create_partitions(topic.name, topic.count, assignments,
                                                                  validate_only=request.validate_only)
+            if quota is not None and not request.validate_only:
+                quota.record(len(created[topic.name]))
             outcome[topic.name] = ErrorCode.none, None
         except TopicError as exc:
             outcome[topic.name] = ErrorCode[exc.error], str(exc)
@@ -53,4 +60,4 @@ async def handle(broker, header, request):
                              f"({', '.join(map(str, missing[:10]))}{', ...' if len(missing) > 10 else ''})")
     results = tuple(build(result_cls, name=name, error_code=error, error_message=message)
                     for name, (error, message) in outcome.items())
-    return build(cls, throttle_time=0, results=results)
+    return build(cls, throttle_time=mutations_throttle(broker, quota), results=results)

@@ -1,12 +1,15 @@
 """CreateTopics (key 19), v2–7, with per-topic configs (every Kafka 3.x topic config, checked as Kafka does: see
-:mod:`broker.metadata.topic_configs`) and ``validate_only``."""
+:mod:`broker.metadata.topic_configs`) and ``validate_only``; a client's ``controller_mutation_rate`` quota counts
+the partitions created (:class:`broker.client_quotas.manager.MutationQuota`)."""
 
+from broker.client_quotas.manager import mutation_quota, mutations_throttle
 from broker.handlers.registry import handles
 from broker.metadata.topics import TopicError
 from broker.protocol.messages import ErrorCode, build, nested, response_class
 from broker.security import access
 
 KEY = 19
+STRICT_SINCE = 6  # KIP-599: from v6 a request over the controller mutation quota is refused, below throttled
 
 
 @handles(KEY, "CreateTopics", 2, 7)
@@ -14,6 +17,7 @@ async def handle(broker, header, request):
     cls = response_class(KEY, header.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested(cls, "CreatableTopicConfigs") if header.api_version >= 5 else None
+    quota = mutation_quota(broker, header, STRICT_SINCE)
     counts = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -45,8 +49,12 @@ async def handle(broker, header, request):
             if nulls:  # Kafka's ZooKeeper-mode admin manager, same words
                 raise TopicError("invalid_config", f"Null value not supported for topic configs: {','.join(nulls)}")
             configs = {c.name: c.value for c in topic.configs}
+            if quota is not None and not request.validate_only and quota.exceeded():
+                raise TopicError("throttling_quota_exceeded", "The throttling quota has been exceeded.")
             info = await broker.create_topic(topic.name, partitions, replication, configs,
                                              validate_only=request.validate_only, assignment=assignment)
+            if quota is not None and not request.validate_only:
+                quota.record(info.partitions)
         except TopicError as exc:
             error, message = ErrorCode[exc.error], str(exc)
         described = None
@@ -58,4 +66,4 @@ async def handle(broker, header, request):
                              error_code=error, error_message=message,
                              num_partitions=info.partitions if info else -1,
                              replication_factor=info.replication_factor if info else -1, configs=described))
-    return build(cls, throttle_time=0, topics=tuple(results))
+    return build(cls, throttle_time=mutations_throttle(broker, quota), topics=tuple(results))

@@ -3,12 +3,14 @@ come before ``/subjects/{subject:path}`` so that a subject holding ``/`` (``%2F`
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
 from schema_registry import protobuf_schema
 from schema_registry.contexts import matches_prefix
+from schema_registry.core import SCHEMA_NOT_FOUND, SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryError
 from schema_registry.routes.common import (
     RegistryDep,
     answer,
@@ -66,16 +68,16 @@ async def latest_with_metadata(subject: str, registry: RegistryDep, key: Annotat
     ``getLatestWithMetadata``, what serializers with ``use.latest.with.metadata`` ask)."""
     found = registry.latest_with_metadata(subject, dict(zip(key or [], value or [])), truthy(deleted))
     if format == "serialized":
-        await registry.warm(registry.schema(found.schema_id))
+        await registry.warm(registry.stored(subject, found))
     return answer(version_body(registry, subject, found, format))
 
 
 @router.get("/subjects/{subject:path}/versions/{version}")
 async def get_version(subject: str, version: str, registry: RegistryDep, deleted: str | None = None,
                       format: str | None = None):  # noqa: A002 (Confluent's name)
-    found = registry.version(subject, version, truthy(deleted))
+    subject, found = await first_found(registry, subject, lambda s: registry.version(s, version, truthy(deleted)))
     if format == "serialized":
-        await registry.warm(registry.schema(found.schema_id))
+        await registry.warm(registry.stored(subject, found))
     return answer(version_body(registry, subject, found, format))
 
 
@@ -100,9 +102,29 @@ async def lookup(subject: str, request: Request, registry: RegistryDep, normaliz
     data = await body(request)
     text, schema_type, refs = schema_fields(data)
     sent = data.get("metadata") is not None or data.get("ruleSet") is not None
-    v, _ = await registry.lookup(subject, text, schema_type, refs, truthy(normalize), truthy(deleted),
-                                 contract_fields(data) if sent else None)
+    contract = contract_fields(data) if sent else None
+
+    async def look(candidate):
+        return (await registry.lookup(candidate, text, schema_type, refs, truthy(normalize), truthy(deleted),
+                                      contract))[0]
+
+    subject, v = await first_found(registry, subject, look)
     return answer(version_body(registry, subject, v))
+
+
+async def first_found(registry, subject: str, find) -> tuple:
+    """(subject, what ``find`` found) for the first of the subject's places that has it (a plain name: the default
+    context, then each named one, as Confluent's ``getUsingContexts``); the first place's error when none has."""
+    first = None
+    for candidate in registry.using_contexts(subject):
+        try:
+            found = find(candidate)
+            return candidate, (await found if inspect.isawaitable(found) else found)
+        except RegistryError as exc:
+            if exc.code not in (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND):
+                raise
+            first = first or exc
+    raise first
 
 
 @router.delete("/subjects/{subject:path}")
