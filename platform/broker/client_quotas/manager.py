@@ -132,10 +132,12 @@ class ClientQuotaManager:
             bucket = self._buckets[tags] = TokenBucket(self.mutation_num, self.mutation_window_ms)
         return MutationQuota(bucket, bound, strict)
 
-    def note_throttle(self, key: str, ms: int) -> None:
+    def throttle(self, key: str, ms: int, session) -> None:
+        """An answer throttles its client ``ms`` (> 0) for ``key``: counted, and the connection muted that long."""
         entry = self.throttled.setdefault(key, [0, 0])
         entry[0] += 1
         entry[1] += ms
+        mute(session, ms)
 
 
 class MutationQuota:
@@ -167,18 +169,22 @@ def mutation_quota(broker, header, strict_since: int) -> MutationQuota | None:
     """A CreateTopics / CreatePartitions / DeleteTopics request's controller mutation quota (None: none)."""
     if not broker.client_quotas.mutations_enabled:
         return None
-    session = current_session.get()
-    return broker.client_quotas.mutation_quota(session.principal if session is not None else ANONYMOUS,
-                                               header.client_id, header.api_version >= strict_since)
+    return broker.client_quotas.mutation_quota(requester()[1], header.client_id,
+                                               header.api_version >= strict_since)
 
 
 def mutations_throttle(broker, quota: MutationQuota | None) -> int:
     """The answer's throttle time for a mutation quota; the connection muted that long."""
     if quota is None or not quota.throttle:
         return 0
-    broker.client_quotas.note_throttle(entities.CONTROLLER_MUTATION_RATE, quota.throttle)
-    mute(current_session.get(), quota.throttle)
+    broker.client_quotas.throttle(entities.CONTROLLER_MUTATION_RATE, quota.throttle, current_session.get())
     return quota.throttle
+
+
+def requester() -> tuple:
+    """(session, principal) of the connection whose request is being handled."""
+    session = current_session.get()
+    return session, session.principal if session is not None else ANONYMOUS
 
 
 def mute(session, ms: int) -> None:

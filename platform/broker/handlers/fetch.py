@@ -22,14 +22,13 @@ goes (which may advance the high watermark and bring it back into the ISR).
 import time
 
 from broker.client_quotas.entities import CONSUMER_BYTE_RATE
-from broker.client_quotas.manager import mute
+from broker.client_quotas.manager import requester
 from broker.cluster.partition import now_ms
 from broker.handlers.registry import RawResponse, handles
 from broker.log.log import OffsetOutOfRange
 from broker.protocol import fetch_response
 from broker.protocol.fetch_response import PartitionData, records_size
 from broker.protocol.messages import ErrorCode, ms
-from broker.network.session import ANONYMOUS, current_session
 from broker.security import access
 
 KEY = 1
@@ -131,8 +130,7 @@ async def handle(broker, header, request):
     quotas = broker.client_quotas if broker.client_quotas.enabled and not replica else None
     budget = None
     if quotas is not None:
-        session = current_session.get()
-        principal = session.principal if session is not None else ANONYMOUS
+        session, principal = requester()
         budget = quotas.max_in_window(CONSUMER_BYTE_RATE, principal, header.client_id)
     first_pass = True
     while True:
@@ -146,8 +144,7 @@ async def handle(broker, header, request):
     if budget is not None:  # consumer_byte_rate: over it, an empty answer and the bytes taken back (as Kafka)
         throttle = quotas.record(CONSUMER_BYTE_RATE, principal, header.client_id, total)
         if throttle:
-            quotas.note_throttle(CONSUMER_BYTE_RATE, throttle)
-            mute(session, throttle)
+            quotas.throttle(CONSUMER_BYTE_RATE, throttle, session)
         if throttle and total <= budget:  # a first batch larger than the whole window (KIP-74) is sent, throttled:
             # emptied, it would be refused at every try
             quotas.unrecord(CONSUMER_BYTE_RATE, principal, header.client_id, total)

@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from broker.client_quotas.entities import PRODUCER_BYTE_RATE
-from broker.client_quotas.manager import mute
+from broker.client_quotas.manager import requester
 from broker.handlers.registry import NO_RESPONSE, RawResponse, handles
 from broker.log.log import PartitionLog
 from broker.log.producer_state import (
@@ -53,7 +53,6 @@ from broker.log.producer_state import (
 from broker.log.storage_errors import incidents, log_dir_of
 from broker.protocol import produce_response, records, validation
 from broker.protocol.messages import ErrorCode, ms
-from broker.network.session import ANONYMOUS, current_session
 from broker.security import access
 
 KEY = 0
@@ -321,13 +320,12 @@ async def _wait_then_answer(broker, header, request, topics, waits):
 def _answer(broker, header, request, topics):
     throttle = 0
     if broker.client_quotas.enabled:  # producer_byte_rate: the request's record bytes, whatever became of them
-        session = current_session.get()
+        session, principal = requester()
         throttle = broker.client_quotas.record(
-            PRODUCER_BYTE_RATE, session.principal if session is not None else ANONYMOUS, header.client_id,
+            PRODUCER_BYTE_RATE, principal, header.client_id,
             sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None))
         if throttle:
-            broker.client_quotas.note_throttle(PRODUCER_BYTE_RATE, throttle)
-            mute(session, throttle)
+            broker.client_quotas.throttle(PRODUCER_BYTE_RATE, throttle, session)
     if request.acks == 0:
         return NO_RESPONSE
     return RawResponse([produce_response.encode(header.api_version, header.correlation_id, topics, throttle)])
