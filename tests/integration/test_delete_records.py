@@ -1,11 +1,15 @@
 """DeleteRecords (key 21), judged by confluent-kafka's and kafka-python's admin clients: the log start moves to the
 offset asked for (-1: the high watermark), segments below it go, consumers start there and ListOffsets' earliest
 answers it, across a restart too; Kafka's errors for an offset past the high watermark, a compacted topic and an
-unknown partition; in a cluster the followers take the leader's new log start from their fetches."""
+unknown partition. In a cluster the answer comes once every live replica's log starts there (Kafka's
+DelayedDeleteRecords): followers take the leader's log start from their fetches and report theirs back; a paused
+follower makes it REQUEST_TIMED_OUT after the request's timeout, a stopped one does not hold it back."""
 
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -126,11 +130,53 @@ def test_followers_take_the_leaders_log_start(cluster):
     state = c.state("dr-replicated", 0)
     followers = [i for i in state["isr"] if i != state["leader"]]
     assert followers
-    for i in followers:  # each follower's own log start (its log-start checkpoint and its segments)
-        log_dir = c.brokers[i].log_dir
-        wait_until(lambda d=log_dir: "00000000000000000000.log" not in segments(d, "dr-replicated"), 30,
-                   what=f"broker {i} deleting the segments below 150")
+    for i in followers:  # the answer came once each follower's log started at 150: its first segment is gone
+        assert "00000000000000000000.log" not in segments(c.brokers[i].log_dir, "dr-replicated"), i
     # the leader gone, a follower leads from 150
     c.brokers[state["leader"]].stop()
     wait_until(lambda: c.state("dr-replicated", 0)["leader"] in followers, 30, what="a new leader")
     assert watermarks(c.bootstrap, "dr-replicated") == (150, 200)
+
+
+def test_the_answer_waits_for_live_followers_only(cluster):
+    """A paused follower (its ZooKeeper session alive, so its broker counts as live) holds the answer back until the
+    request's timeout: REQUEST_TIMED_OUT, the leader's log start moved all the same. Resumed, it catches up and the
+    same request succeeds. A stopped follower's broker is not live: the answer does not wait for it, and it takes
+    the log start when it comes back."""
+    c = cluster(3, zookeeper_session_timeout_ms=30000)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    create(admin, "dr-live", replicas=3)
+    produce(c.bootstrap, "dr-live", 200)
+    state = c.state("dr-live", 0)
+    paused, other = [i for i in state["isr"] if i != state["leader"]]
+    pid = c.brokers[paused].proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        future = admin.delete_records([TopicPartition("dr-live", 0, 100)], request_timeout=30,
+                                      operation_timeout=2)[TopicPartition("dr-live", 0, 100)]
+        with pytest.raises(KafkaException) as timed_out:
+            future.result(30)
+        assert timed_out.value.args[0].name() == "REQUEST_TIMED_OUT"
+        assert "00000000000000000000.log" not in segments(c.brokers[other].log_dir, "dr-live")
+        assert "00000000000000000000.log" in segments(c.brokers[paused].log_dir, "dr-live")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert delete(admin, "dr-live", 100).low_watermark == 100
+    assert "00000000000000000000.log" not in segments(c.brokers[paused].log_dir, "dr-live")
+
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    c.brokers[paused].stop()
+    wait_until(lambda: paused not in c.registered(), 30, what="the broker gone")
+    kadmin = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=30000)
+    try:
+        result = kadmin.delete_records({KTopicPartition("dr-live", 0): 180}, timeout_ms=10000)
+        assert [(r["low_watermark"], r["error_code"]) for r in result.values()] == [(180, 0)]
+    finally:
+        kadmin.close()
+    first = segments(c.brokers[other].log_dir, "dr-live")[0]
+    assert int(first.split(".")[0]) > 100, first
+    c.brokers[paused].start()
+    wait_until(lambda: segments(c.brokers[paused].log_dir, "dr-live")[0] == first, 60,
+               what="the restarted follower taking the log start")

@@ -1,6 +1,7 @@
-"""The acks=all purgatory of a leader's partition (broker.cluster.partition): a waiting produce is completed by the
+"""The purgatories of a leader's partition (broker.cluster.partition). acks=all: a waiting produce is completed by the
 follower fetch that moves the high watermark past it — in that same call, not by a timer — and only once every
-ISR member has it; it is failed when leadership goes, and times out when the ISR does not catch up."""
+ISR member has it; it is failed when leadership goes, and times out when the ISR does not catch up. DeleteRecords:
+answered once every live replica's log start has moved."""
 
 from __future__ import annotations
 
@@ -121,5 +122,42 @@ def test_a_wait_that_starts_after_leadership_moved_fails_even_where_the_high_wat
         assert await part.wait_committed(5, timeout=30, leader_epoch=appended_at) == ErrorCode.not_leader_or_follower
         assert await part.wait_committed(5, timeout=30, leader_epoch=3) == ErrorCode.none
         assert part._waiters == []
+
+    asyncio.run(run())
+
+
+def test_delete_records_waits_for_the_live_replicas_log_starts():
+    """Kafka's low watermark (``lowWatermarkIfLeader``): the lowest log start of the leader and of the followers
+    whose brokers are live; a follower not heard from since the leadership began counts as -1. A waiting
+    DeleteRecords is woken by the fetch that reports a moved log start, ignores a broker that left, times out
+    while a live one lags, and fails when leadership moves."""
+    async def run():
+        part = leader(end=10)
+        part.log.log_start_offset = 6  # the leader's own, already moved
+        live = {0, 1, 2}
+        assert part.low_watermark(live) == -1
+        waiting = asyncio.ensure_future(part.wait_low_watermark(6, 30, lambda: live))
+        await asyncio.sleep(0)
+        part.record_follower_fetch(1, 10, log_start=6)
+        part.record_follower_fetch(2, 10, log_start=0)
+        await asyncio.sleep(0)
+        assert not waiting.done() and part.low_watermark(live) == 0
+        part.record_follower_fetch(2, 10, log_start=6)
+        await asyncio.sleep(0)
+        assert await waiting == (ErrorCode.none, 6)
+
+        part.log.log_start_offset = 8
+        assert await part.wait_low_watermark(8, 0.05, lambda: live) == (ErrorCode.request_timed_out, -1)
+        live = {0, 1}  # broker 2 left the cluster; follower 1 reports 8 in a quiet fetch
+        part.log.high_watermark = 10
+        assert part.note_quiet_fetch(1, 10, -1, 123, log_start=8)
+        assert await part.wait_low_watermark(8, 30, lambda: live) == (ErrorCode.none, 8)
+
+        part.log.log_start_offset = 9
+        moved = asyncio.ensure_future(part.wait_low_watermark(9, 30, lambda: live))
+        await asyncio.sleep(0)
+        part.become_follower(1, 2, (1, 2), [0, 1, 2], zk_version=1, controller_epoch=1)
+        assert await moved == (ErrorCode.not_leader_or_follower, -1)
+        assert part._start_waiters == []
 
     asyncio.run(run())

@@ -263,13 +263,14 @@ class LeaderFetcher:
     async def _fetch(self, followed: dict[tuple[str, int], Followed]) -> None:
         cfg = self.broker.config
         limit = cfg["replica.fetch.max.bytes"]
-        wanted = {key: (f.partition.leader_epoch, f.partition.log.log_end_offset) for key, f in followed.items()}
+        wanted = {key: (f.partition.leader_epoch, f.partition.log.log_end_offset, f.partition.log.log_start_offset)
+                  for key, f in followed.items()}  # a moved log start is news too: the leader's low watermark
         full = self._session_epoch == 0 or self._restart
         self._restart = False
         by_topic: dict[str, list] = {}
         for key, position in wanted.items():
             if full or self._in_session.get(key) != position:
-                by_topic.setdefault(key[0], []).append((key[1], position[0], position[1], limit))
+                by_topic.setdefault(key[0], []).append((key[1], *position, limit))
         forgotten: dict[str, list] = {}
         if not full:
             for key in self._in_session.keys() - wanted.keys():

@@ -1,6 +1,7 @@
 """One replicated partition as this broker sees it: its role (leader or follower), the leader's view of each
-follower (log end offset, when it was last caught up), the ISR, the high watermark over the ISR, and the
-produce requests with ``acks=all`` waiting for it (the purgatory). No I/O here: ISR changes are proposed to
+follower (log end and log start offsets, when it was last caught up), the ISR, the high watermark over the ISR,
+the low watermark over the live replicas, and the requests waiting for either (the purgatories: produce with
+``acks=all``, DeleteRecords). No I/O here: ISR changes are proposed to
 the replica manager, which writes them to ZooKeeper."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class FollowerState:
     last_caught_up_ms: int = field(default_factory=now_ms)
     last_fetch_ms: int = 0
     leader_leo_at_last_fetch: int = -1
+    log_start: int = -1  # as its last fetch said (Kafka's UnknownOffset until then)
 
 
 class Partition:
@@ -41,6 +43,7 @@ class Partition:
         self.zk_created = -1  # the state znode's creation zxid: (zk_created, zk_version) orders its reads
         self.followers: dict[int, FollowerState] = {}
         self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._start_waiters: list[asyncio.Future] = []  # DeleteRecords: woken when a follower's log start moves
         self.isr_update_pending = False
 
     @property
@@ -65,10 +68,12 @@ class Partition:
         self.log.leader_epoch = leader_epoch
         self.followers = {}
         self.fail_waiters(ErrorCode.not_leader_or_follower)
+        self.wake_start_waiters()
 
     # ---- leader: followers' progress, high watermark ------------------------------------------------------
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> tuple[int, ...] | None:
-        """A follower asked for ``fetch_offset`` (so its log ends there). Returns a larger ISR to propose
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int,
+                              log_start: int = -1) -> tuple[int, ...] | None:
+        """A follower asked for ``fetch_offset`` (so its log ends there; ``log_start``: its log starts there). Returns a larger ISR to propose
         when it has caught up and is not in the ISR, else None. A fetch past this log's end is no progress (it is
         answered OFFSET_OUT_OF_RANGE: the follower holds a tail this leader does not have, to be truncated):
         counted, it would raise the high watermark over records that follower does not hold (Kafka records a
@@ -79,6 +84,7 @@ class Partition:
             return None
         now = now_ms()
         follower.leo = fetch_offset
+        self.note_log_start(follower, log_start)
         if fetch_offset >= leader_leo:
             follower.last_caught_up_ms = now
         elif fetch_offset >= follower.leader_leo_at_last_fetch >= 0:
@@ -91,7 +97,8 @@ class Partition:
                 return tuple(r for r in self.replicas if r in self.isr or r == replica_id)
         return None
 
-    def note_quiet_fetch(self, replica_id: int, fetch_offset: int, leader_epoch: int, now: int | None) -> bool:
+    def note_quiet_fetch(self, replica_id: int, fetch_offset: int, leader_epoch: int, now: int | None,
+                         log_start: int = -1) -> bool:
         """:meth:`record_follower_fetch` for the one case where it can only note progress: this broker leads at
         ``leader_epoch`` (-1: not checked), every record is committed, and a follower in the ISR asks for the log end
         (so neither the high watermark nor the ISR can move). Notes it (``now``; None: only checks) and returns
@@ -106,7 +113,58 @@ class Partition:
         if now is not None:
             follower.leo = follower.leader_leo_at_last_fetch = hw
             follower.last_caught_up_ms = follower.last_fetch_ms = now
+            self.note_log_start(follower, log_start)
         return True
+
+    # ---- leader: followers' log starts, the low watermark (DeleteRecords) ---------------------------------
+    def note_log_start(self, follower: FollowerState, log_start: int) -> None:
+        if log_start != follower.log_start:
+            follower.log_start = log_start
+            self.wake_start_waiters()
+
+    def low_watermark(self, alive) -> int:
+        """Kafka's ``lowWatermarkIfLeader``: the lowest log start offset of this replica and of the followers
+        whose brokers are alive (``alive``: their ids); a follower not heard from since this broker became leader
+        counts as -1."""
+        low = self.log.log_start_offset
+        for replica_id, follower in self.followers.items():
+            if replica_id in alive and follower.log_start < low:
+                low = follower.log_start
+        return low
+
+    async def wait_low_watermark(self, offset: int, timeout: float, alive) -> tuple[ErrorCode, int]:
+        """Kafka's DelayedDeleteRecords: wait until every live replica's log starts at ``offset`` or later (the
+        followers take the leader's log start from their next fetch and report theirs in the one after). ``alive``:
+        a callable giving the live brokers' ids, asked again at every wake-up and twice a second (a broker that
+        left stops counting). (NONE, low watermark), or REQUEST_TIMED_OUT, or NOT_LEADER_OR_FOLLOWER."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        leader_epoch = self.leader_epoch
+        while True:
+            if not self.is_leader or self.leader_epoch != leader_epoch:
+                return ErrorCode.not_leader_or_follower, -1
+            low = self.low_watermark(alive())
+            if low >= offset:
+                return ErrorCode.none, low
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return ErrorCode.request_timed_out, -1
+            future = loop.create_future()
+            self._start_waiters.append(future)
+            try:
+                async with asyncio.timeout(min(remaining, 0.5)):
+                    await future
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if future in self._start_waiters:
+                    self._start_waiters.remove(future)
+
+    def wake_start_waiters(self) -> None:
+        waiters, self._start_waiters = self._start_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     def _epoch_start(self) -> int:
         entries = self.log.epochs.entries

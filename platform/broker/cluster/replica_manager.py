@@ -249,10 +249,10 @@ class ReplicaManager:
                 if smaller is not None:
                     await self.propose_isr(part, smaller)
 
-    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int, log_start: int = -1) -> None:
         """Fetch handler hook: a follower's progress; may advance the high watermark or grow the ISR."""
         before = part.log.high_watermark
-        larger = part.record_follower_fetch(replica_id, fetch_offset)
+        larger = part.record_follower_fetch(replica_id, fetch_offset, log_start)
         if larger is not None:
             asyncio.get_running_loop().create_task(self.propose_isr(part, larger))
         if part.log.high_watermark != before:  # consumers long-polling this partition can now read more

@@ -16,7 +16,8 @@ window; over it, the answer is empty with ``throttle_time_ms`` and the connectio
 
 Cluster mode: only the leader serves fetches. Consumers read up to the high watermark; a follower
 (``replica_id`` >= 0) reads up to the log end, and the offset it asks for tells the leader how far its copy
-goes (which may advance the high watermark and bring it back into the ISR).
+goes (which may advance the high watermark and bring it back into the ISR); its ``log_start_offset``, where its
+copy starts (the low watermark a DeleteRecords waits for).
 """
 
 import time
@@ -46,7 +47,8 @@ def _quiet(broker, topic: str, p, replica_id: int, now: int | None) -> bool:
     plog = part.log
     if p.sent != (plog.high_watermark, plog.last_stable_offset, plog.log_start_offset):
         return False
-    return part.note_quiet_fetch(replica_id, p.fetch_offset, p.current_leader_epoch, now)
+    return part.note_quiet_fetch(replica_id, p.fetch_offset, p.current_leader_epoch, now,
+                                 getattr(p, "log_start_offset", -1))
 
 
 def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), wanted=None,
@@ -86,7 +88,7 @@ def collect(broker, request, first_pass: bool, denied: frozenset = frozenset(), 
                 continue
             if follower and first_pass:
                 broker.cluster.follower_fetched(broker.cluster.partition(name, p.partition), replica_id,
-                                                p.fetch_offset)
+                                                p.fetch_offset, getattr(p, "log_start_offset", -1))
             lso = plog.last_stable_offset
             data = PartitionData(p.partition, 0, plog.high_watermark, lso, plog.log_start_offset)
             allowed = min(p.partition_max_bytes, budget - total)

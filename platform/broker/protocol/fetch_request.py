@@ -27,7 +27,7 @@ _I32 = struct.Struct(">i")
 def encode_v12(correlation_id: int, client_id: bytes, replica_id: int, max_wait_ms: int, min_bytes: int,
                max_bytes: int, topics, session_id: int = 0, session_epoch: int = -1, forgotten=()) -> bytes:
     """The whole frame (size prefix included). ``topics``: [(name, [(index, current leader epoch, fetch offset,
-    partition max bytes), ...]), ...]; ``forgotten``: [(name, [index, ...]), ...]."""
+    log start offset, partition max bytes), ...]), ...]; ``forgotten``: [(name, [index, ...]), ...]."""
     out = bytearray(_HEAD.pack(0, KEY, VERSION, correlation_id, len(client_id)))
     out += client_id
     out += b"\x00"  # request header v2: no tagged fields
@@ -35,8 +35,8 @@ def encode_v12(correlation_id: int, client_id: bytes, replica_id: int, max_wait_
     out += write_uvarint(len(topics) + 1)
     for name, partitions in topics:
         _topic_head(out, name, len(partitions))
-        for index, leader_epoch, fetch_offset, partition_max_bytes in partitions:
-            out += _PARTITION.pack(index, leader_epoch, fetch_offset, -1, -1, partition_max_bytes)
+        for index, leader_epoch, fetch_offset, log_start, partition_max_bytes in partitions:
+            out += _PARTITION.pack(index, leader_epoch, fetch_offset, -1, log_start, partition_max_bytes)
             out += b"\x00"
         out += b"\x00"
     out += write_uvarint(len(forgotten) + 1)
