@@ -66,6 +66,16 @@ def normalize_context(context: str) -> str:
     return "" if context == DEFAULT else f":{context}:"
 
 
+def qualified_references(context: str, references: list[dict] | None, reference_format: str | None) -> list | None:
+    """``referenceFormat=qualified`` (Confluent's ``getSchema``/``getSchemaByVersion``): the references of a schema in
+    a named context, each unqualified subject qualified with that context (``qualifySubjectWithParent``); anything
+    else as stored."""
+    if reference_format != "qualified" or context == DEFAULT or not references:
+        return references
+    return [{**ref, "subject": qualified(context, ref["subject"])} if split(ref["subject"])[0] == DEFAULT else ref
+            for ref in references]
+
+
 def context_scope(context: str) -> str | None:
     """The config/mode scope of a context: None (the global one) for the default context, else ``:.ctx:``."""
     return None if context == DEFAULT else f":{context}:"

@@ -2,8 +2,8 @@
 ``.../contexts/.prod`` (the registry rewrites such paths as Confluent's ContextFilter does), and by the REST
 answers: ids are per context, subjects are listed qualified (``:.prod:orders``), ``/schemas/ids/{id}`` reads the
 context its ``subject`` names, a context's config and mode apply to its subjects, references resolve in the
-referring schema's context, a context is deleted only when empty, and all of it is rebuilt from ``_schemas`` by a
-replica (Confluent's CONTEXT records)."""
+referring schema's context (and are answered qualified with ``referenceFormat=qualified``), a context is deleted
+only when empty, and all of it is rebuilt from ``_schemas`` by a replica (Confluent's CONTEXT records)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,19 @@ def test_contexts_keep_their_own_ids_subjects_and_settings(broker, registry):
     reference = SchemaReference("Common", "common", 1)
     registered = prod.register_schema("holder", Schema(holder, "AVRO", [reference]))
     assert requests.get(f"{url}/subjects/:.prod:common/versions/1/referencedby").json() == [registered]
+    # referenceFormat=qualified: the references named with the referrer's context (Confluent's getSchema and
+    # getSchemaByVersion); without it, as stored
+    as_stored = [{"name": "Common", "subject": "common", "version": 1}]
+    in_context = [{"name": "Common", "subject": ":.prod:common", "version": 1}]
+    by_id = f"{url}/schemas/ids/{registered}"
+    assert requests.get(by_id, params={"subject": ":.prod:holder"}).json()["references"] == as_stored
+    assert requests.get(by_id, params={"subject": ":.prod:holder", "referenceFormat": "qualified"}).json()[
+        "references"] == in_context
+    assert requests.get(f"{url}/subjects/:.prod:holder/versions/1", params={"referenceFormat": "qualified"}).json()[
+        "references"] == in_context
+    assert requests.get(f"{url}/contexts/.prod/subjects/holder/versions/latest",
+                        params={"referenceFormat": "qualified"}).json()["references"] == in_context
+    assert requests.get(f"{url}/subjects/:.prod:holder/versions/1").json()["references"] == as_stored
     refused = requests.post(f"{url}/subjects/holder/versions", json={"schema": holder, "references": [
         {"name": "Common", "subject": "common", "version": 1}]}, headers=CT)
     assert refused.json()["error_code"] == 42201  # no "common" in the default context

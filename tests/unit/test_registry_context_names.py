@@ -94,3 +94,14 @@ def test_ids_are_per_context_and_a_context_record_is_written_once():
     with pytest.raises(RegistryError) as refused:
         run(r.delete_context(".x"))
     assert refused.value.code == 42211
+
+
+def test_references_qualified_with_the_referrers_context():
+    """``referenceFormat=qualified`` as Confluent's ``qualifySubjectWithParent``: unqualified subjects take the
+    referrer's context, qualified ones stay; the default context, or another format, leaves them as stored."""
+    refs = [{"name": "A", "subject": "a", "version": 1}, {"name": "B", "subject": ":.other:b", "version": 2}]
+    assert contexts.qualified_references(".prod", refs, "qualified") == [
+        {"name": "A", "subject": ":.prod:a", "version": 1}, {"name": "B", "subject": ":.other:b", "version": 2}]
+    assert contexts.qualified_references(".", refs, "qualified") == refs
+    assert contexts.qualified_references(".prod", refs, None) == refs
+    assert contexts.qualified_references(".prod", None, "qualified") is None

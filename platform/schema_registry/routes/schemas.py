@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schema_registry.contexts import matches_prefix
+from schema_registry.contexts import matches_prefix, qualified_references
 from schema_registry.core import SCHEMA_TYPES, RegistryError
 from schema_registry.routes.common import RegistryDep, answer, raw, truthy, version_body, with_contract
 
@@ -33,8 +33,13 @@ async def types():
 
 @router.get("/schemas/ids/{schema_id}")
 async def schema_by_id(schema_id: int, registry: RegistryDep, subject: str | None = None,
-                       format: str | None = None):  # noqa: A002 (Confluent's name)
-    return answer(await schema_string(registry, registry.schema(schema_id, subject), format))
+                       format: str | None = None,  # noqa: A002 (Confluent's name)
+                       referenceFormat: str | None = None):  # noqa: N803 (Confluent's name)
+    stored = registry.schema(schema_id, subject)
+    out = await schema_string(registry, stored, format)
+    if "references" in out:
+        out["references"] = qualified_references(stored.context, out["references"], referenceFormat)
+    return answer(out)
 
 
 @router.get("/schemas/guids/{guid}")

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from schema_registry import protobuf_schema
-from schema_registry.contexts import matches_prefix
+from schema_registry.contexts import context_of, matches_prefix, qualified_references
 from schema_registry.core import SCHEMA_NOT_FOUND, SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryError
 from schema_registry.routes.common import (
     RegistryDep,
@@ -74,11 +74,15 @@ async def latest_with_metadata(subject: str, registry: RegistryDep, key: Annotat
 
 @router.get("/subjects/{subject:path}/versions/{version}")
 async def get_version(subject: str, version: str, registry: RegistryDep, deleted: str | None = None,
-                      format: str | None = None):  # noqa: A002 (Confluent's name)
+                      format: str | None = None,  # noqa: A002 (Confluent's name)
+                      referenceFormat: str | None = None):  # noqa: N803 (Confluent's name)
     subject, found = await first_found(registry, subject, lambda s: registry.version(s, version, truthy(deleted)))
     if format == "serialized":
         await registry.warm(registry.stored(subject, found))
-    return answer(version_body(registry, subject, found, format))
+    out = version_body(registry, subject, found, format)
+    if "references" in out:
+        out["references"] = qualified_references(context_of(subject), out["references"], referenceFormat)
+    return answer(out)
 
 
 @router.get("/subjects/{subject:path}/versions/{version}/schema")
