@@ -152,9 +152,11 @@ async def _snapshot(m: BrokerMetrics, broker) -> list:
     quotas = getattr(broker, "client_quotas", None)
     if quotas is not None:  # Kafka's per-client throttle-time sensors, summed per quota
         kinds = {"producer_byte_rate": "Produce", "consumer_byte_rate": "Fetch",
-                 "controller_mutation_rate": "ControllerMutation"}
+                 "controller_mutation_rate": "ControllerMutation", "request_percentage": "Request",
+                 "connection_creation_rate": "ConnectionCreation"}
         out.append(_counter("logbus_broker_client_quota_throttled_responses", "Answers that throttled a client "
-                            "over its quota, per quota type (Kafka's type=Produce/Fetch/ControllerMutation throttle-time sensors).",
+                            "over its quota, per quota type (Kafka's type=Produce/Fetch/ControllerMutation/Request "
+                            "throttle-time sensors; ConnectionCreation: connections closed after a delay).",
                             ["quota_type"], [((kinds[k], ), quotas.throttled.get(k, (0, 0))[0]) for k in kinds]))
         out.append(_counter("logbus_broker_client_quota_throttle_seconds", "Time clients were throttled for, per "
                             "quota type.", ["quota_type"],

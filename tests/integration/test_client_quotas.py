@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
-from support import REPO, wait_until
+from support import REPO, free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 ALTER = AlterClientQuotasRequest.EntryData
@@ -28,8 +31,8 @@ WINDOW = {"quota_window_num": 2, "quota_window_size_seconds": 1}
 class Quotas:
     """AlterClientQuotas / DescribeClientQuotas through kafka-python, to one broker or the least loaded."""
 
-    def __init__(self, bootstrap: str):
-        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    def __init__(self, bootstrap: str, client_id: str = "kafka-python-admin"):
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
 
     def send(self, request, node_id=None):
         async def call():
@@ -244,3 +247,69 @@ def test_controller_mutations_over_their_quota(fresh_broker):
     topics = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).topics
     assert {"m-b", "m-c", "m-d", "m-e"} <= set(topics) and "m-a" not in topics
     assert len(topics["m-b"].partitions) == 1
+
+
+def api_versions(port: int, source: str = "127.0.0.1") -> tuple[bool, float]:
+    """A new connection from ``source`` sending ApiVersions v0: (answered, seconds until the answer or the close)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    started = time.monotonic()
+    try:
+        header = struct.pack(">hhih", 18, 0, 7, 1) + b"t"
+        sock.sendall(struct.pack(">i", len(header)) + header)
+        try:
+            data = sock.recv(8)
+        except ConnectionResetError:
+            data = b""
+        return len(data) == 8 and data[4:8] == struct.pack(">i", 7), time.monotonic() - started
+    finally:
+        sock.close()
+
+
+def test_request_time_and_connection_creation_quotas(fresh_broker):
+    """request_percentage: kafka-python's requests from a client id with 1% of a thread get answers with
+    throttle_time_ms (at most one quota window), another client id's never do. connection_creation_rate (KIP-612)
+    for 127.0.0.1: new connections past 2 a second are closed unanswered after a delay, another IP's are not, and
+    the refused ones are not counted."""
+    metrics_port = free_port()
+    b = fresh_broker(metrics_listener=f"http://127.0.0.1:{metrics_port}", **WINDOW).start()
+    q = Quotas(b.bootstrap)  # its connections are made before the IP's quota, and kept
+    try:
+        assert q.alter({"client-id": "greedy"}, {"request_percentage": 1}) == (0, None)
+        assert q.alter({"ip": "127.0.0.1"}, {"connection_creation_rate": 2}) == (0, None)
+        assert q.describe([("ip", 0, "127.0.0.1")]) == {(("ip", "127.0.0.1"),): {"connection_creation_rate": 2.0}}
+        first = [api_versions(b.port) for _ in range(6)]
+        assert first[0][0] and first[1][0], first
+        refused = [seconds for answered, seconds in first[2:] if not answered]
+        assert refused and all(s >= 0.2 for s in refused), first  # closed after the throttle time, not at once
+        assert all(api_versions(b.port, "127.0.0.2")[0] for _ in range(4))  # no quota for that IP
+        time.sleep(1.5)
+        assert api_versions(b.port)[0]  # a second later: within the rate again
+        assert q.alter({"ip": "127.0.0.1"}, remove=["connection_creation_rate"]) == (0, None)
+    finally:
+        q.close()
+    assert all(api_versions(b.port)[0] for _ in range(6))
+
+    from kafka.errors import NodeNotReadyError
+
+    throttles = {}
+    for client_id in ("greedy", "polite"):
+        q = Quotas(b.bootstrap, client_id=client_id)
+        seen = throttles[client_id] = []
+        try:
+            describe = DescribeClientQuotasRequest(components=[], strict=False)
+            for _ in range(400):
+                try:
+                    seen.append(q.send(describe).throttle_time_ms)
+                except NodeNotReadyError:  # kafka-python sends nothing while a throttle lasts (KIP-219)
+                    time.sleep(0.1)
+                if client_id == "greedy" and len([t for t in seen if t]) >= 3:
+                    break
+        finally:
+            q.close()
+    assert [t for t in throttles["greedy"] if t] and max(throttles["greedy"]) <= 1000, throttles["greedy"]
+    assert not any(throttles["polite"]), throttles["polite"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    assert 'logbus_broker_client_quota_throttled_responses_total{quota_type="Request"}' in text
+    counts = {line.split("{")[1].split("}")[0]: float(line.split()[-1]) for line in text.splitlines()
+              if line.startswith("logbus_broker_client_quota_throttled_responses_total{")}
+    assert counts['quota_type="Request"'] >= 3 and counts['quota_type="ConnectionCreation"'] == len(refused), counts

@@ -72,9 +72,36 @@ def test_a_user_quota_is_shared_by_its_clients_a_default_one_is_not():
     assert m.record("producer_byte_rate", "User:carol", "a", 10_000, now_ms=0) == 0  # no quota
 
 
-def test_unenforced_keys_leave_the_fast_path_on():
-    assert not quotas({"users/alice": {"request_percentage": "50"}}).enabled
+def test_only_quotas_on_requests_turn_the_fast_path_off():
+    assert quotas({"users/alice": {"request_percentage": "50"}}).enabled
+    assert not quotas({"ips/<default>": {"connection_creation_rate": "5"}}).enabled
+    assert not quotas({"users/alice": {"controller_mutation_rate": "5"}}).enabled
     assert not quotas({}).enabled
+
+
+def test_request_time_is_charged_in_percent_of_a_thread_and_throttled_at_most_a_window():
+    class Session:
+        muted_until = 0.0
+
+    m = quotas({"clients/app": {"request_percentage": "10"}})  # a tenth of a thread: 1 s of time in 10 s
+    session = Session()
+    assert m.record_request("User:ANONYMOUS", "app", 0.5, session, now_ms=0) == 0
+    assert m.record_request("User:ANONYMOUS", "other", 5.0, session, now_ms=0) == 0  # no quota
+    throttle = m.record_request("User:ANONYMOUS", "app", 1.0, session, now_ms=0)  # 15% of a thread over 10 s
+    assert throttle == 1000 and session.muted_until > 0  # Kafka's (15 - 10) / 10 x 10 s, bounded by one window
+    assert m.throttled["request_percentage"] == [1, 1000]
+
+
+def test_connections_over_their_ips_creation_rate_are_not_counted():
+    m = ClientQuotaManager(num=2, window_ms=1000)
+    m.update({"ips/<default>": {"connection_creation_rate": "2"}, "ips/127.0.0.2": {"connection_creation_rate": "5"},
+              "ips/0:0:0:0:0:0:0:1": {"connection_creation_rate": "1"}})
+    assert [m.connection_throttle("127.0.0.1", now_ms=0) for _ in range(4)] == [0, 0, 500, 500]  # 3/s over 2/s
+    assert [m.connection_throttle("127.0.0.2", now_ms=0) for _ in range(6)] == [0] * 5 + [200]  # its own quota
+    assert m.connection_throttle("::1", now_ms=0) == 0 and m.connection_throttle("::1", now_ms=0) == 1000
+    assert m.connection_throttle("127.0.0.1", now_ms=1500) == 0  # the refused ones were not counted
+    assert m.throttled["connection_creation_rate"][0] == 4
+    assert quotas({}).connection_throttle("127.0.0.1") == 0
 
 
 def test_entity_paths_and_names():

@@ -14,6 +14,18 @@ every version). A throttled Fetch is answered empty, its bytes taken back from t
 asks for at most what the quota allows in its whole window; when its first batch alone is larger (KIP-74 sends
 it anyway), the answer carries it, throttled: emptied, that batch would be refused at every try.
 
+``request_percentage`` (Kafka's ``RequestQuotaManager``): the time the broker spends on a client's requests, in
+percent of one thread over the quota window. Each request's own running time is measured (decoding, the handler's
+steps, encoding; not the time a handler waits: :func:`broker.network.timing.timed`), as Kafka counts its request
+handler and network threads' time. Over the quota (throttle bounded by one quota window, as Kafka's), the answer's
+``throttle_time_ms`` is raised to it where the answer is encoded from a message, and the connection muted that long
+(answers framed by hand, Produce and Fetch, are not rewritten: the mute alone delays the client). Exempt, as in
+Kafka: followers' fetches and the SASL handshake.
+
+``connection_creation_rate`` (KIP-612, ``ips/<ip>`` or ``ips/<default>``): each new connection from an IP is
+counted against its IP's rate; over it, the connection is not counted and is closed unread after the throttle time
+(Kafka's acceptor's delayed close), which is bounded by one quota window.
+
 While no entity sets an enforced key, :attr:`ClientQuotaManager.enabled` is False and requests pay nothing
 (the unbatched producer's fast path stays on).
 """
@@ -26,6 +38,7 @@ import time
 
 from broker.client_quotas import entities, store
 from broker.client_quotas.rate import Rate, TokenBucket
+from broker.network.quotas import normal_host
 from broker.network.session import ANONYMOUS, current_session
 
 log = logging.getLogger(__name__)
@@ -41,8 +54,10 @@ class ClientQuotaManager:
     def __init__(self, num: int = 11, window_ms: int = 1000, mutation_num: int = 11, mutation_window_ms: int = 1000):
         self.num, self.window_ms = num, window_ms
         self.mutation_num, self.mutation_window_ms = mutation_num, mutation_window_ms
-        self.enabled = False  # a byte rate is set somewhere (the request path pays for quotas only then)
+        self.enabled = False  # a byte rate or request quota is set somewhere (the request path pays only then)
+        self.requests_enabled = False  # request_percentage
         self.mutations_enabled = False
+        self.ip_rates: dict[str, float] = {}  # normalized IP (or DEFAULT) -> connection_creation_rate
         self._buckets: dict[tuple, TokenBucket] = {}
         self.quotas: dict[str, dict[str, float]] = {}  # entity path -> quota values
         self._rates: dict[tuple, Rate] = {}
@@ -62,7 +77,15 @@ class ClientQuotaManager:
             log.warning("client quotas: %s stored but not enforced by logbus (only %s are)", ", ".join(ignored),
                         ", ".join(sorted(entities.ENFORCED)))
         self.quotas = quotas
-        self.enabled = any(key in entities.BYTE_RATES for values in quotas.values() for key in values)
+        self.requests_enabled = any(entities.REQUEST_PERCENTAGE in values for values in quotas.values())
+        self.enabled = self.requests_enabled or any(key in entities.BYTE_RATES for values in quotas.values()
+                                                    for key in values)
+        self.ip_rates = {}
+        for path, values in quotas.items():
+            if entities.CONNECTION_CREATION_RATE in values:
+                (_, ip), = entities.entity_components(path)
+                self.ip_rates[entities.DEFAULT if ip is None else normal_host(ip)] = \
+                    values[entities.CONNECTION_CREATION_RATE]
         self.mutations_enabled = any(entities.CONTROLLER_MUTATION_RATE in values for values in quotas.values())
         # rates are kept: a client's bound is looked up at each request, so a changed quota applies at once
 
@@ -119,6 +142,35 @@ class ClientQuotaManager:
         if found is None:
             return None
         return max(int(self._rate(key, found[1]).max_in_window(found[0])), 1)
+
+    def record_request(self, principal: str, client_id: str | None, seconds: float, session,
+                       now_ms: float | None = None) -> int:
+        """A request that ran ``seconds`` of the broker's time: the throttle time in ms (bounded by one quota
+        window; the connection is muted that long), 0 within ``request_percentage`` or without one."""
+        throttle = self.record(entities.REQUEST_PERCENTAGE, principal, client_id, seconds * 100.0, now_ms)
+        if throttle:
+            throttle = min(throttle, self.window_ms)
+            self.throttle(entities.REQUEST_PERCENTAGE, throttle, session)
+        return throttle
+
+    def connection_throttle(self, ip: str, now_ms: float | None = None) -> int:
+        """A new connection from ``ip``: 0 when within its ``connection_creation_rate`` (counted) or without one;
+        over it, the milliseconds after which it is to be closed unread (not counted), bounded by one window."""
+        ip = normal_host(ip)
+        bound = self.ip_rates.get(ip) or self.ip_rates.get(entities.DEFAULT)
+        if bound is None:
+            return 0
+        now = time.monotonic() * 1000 if now_ms is None else now_ms
+        rate = self._rate(entities.CONNECTION_CREATION_RATE, (ip,))
+        rate.record(1.0, now)
+        throttle = rate.throttle_ms(bound, now)
+        if throttle:
+            rate.record(-1.0, now)  # Kafka: a connection it does not accept is not counted
+            throttle = min(throttle, self.window_ms)
+            entry = self.throttled.setdefault(entities.CONNECTION_CREATION_RATE, [0, 0])
+            entry[0] += 1
+            entry[1] += throttle
+        return throttle
 
     def mutation_quota(self, principal: str, client_id: str | None, strict: bool) -> "MutationQuota | None":
         """The controller mutation quota of one CreateTopics / CreatePartitions / DeleteTopics request; None: the

@@ -32,7 +32,10 @@ stops accepting, cancels every connection and waits a bounded time, then aborts 
 that stopped reading cannot hold a stopping broker).
 
 Client quotas (:mod:`broker.client_quotas`): a handler that throttles a client sets its session's
-``muted_until``; the connection sends what is answered and reads nothing more until then.
+``muted_until``; the connection sends what is answered and reads nothing more until then. With a
+``request_percentage`` quota set anywhere, each request's running time (:mod:`broker.network.timing`) is charged
+to its client when it is answered; a connection over its IP's ``connection_creation_rate`` is closed unread after
+its throttle time.
 
 Connections over ``max.connections`` (the inter-broker listener exempt), a listener's own
 ``listener.name.<listener>.max.connections`` or ``max.connections.per.ip`` are closed as soon as they are accepted
@@ -50,6 +53,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
+import datetime
 import inspect
 import logging
 import os
@@ -64,6 +69,7 @@ from broker.handlers.api_versions import unsupported_version_response
 from broker.network.quotas import ConnectionQuotas
 from broker.network.receive import FrameFiller, ReceiveBuffers
 from broker.network.session import Session, current_session  # noqa: F401  (re-exported for the SASL handlers)
+from broker.network.timing import EXEMPT_KEYS, RequestClock, Timed
 from broker.protocol import codec
 from broker.protocol.codec import MalformedRequest
 from broker.security import tls
@@ -268,6 +274,20 @@ class KafkaListener:
                 log.warning("closing connection from %s at once: %s (%d refused so far)", peer, refused, count)
             writer.transport.abort()
             return
+        client_quotas = getattr(self.broker, "client_quotas", None)
+        if client_quotas is not None and client_quotas.ip_rates and (delay := client_quotas.connection_throttle(ip)):
+            # KIP-612: over its IP's connection_creation_rate, closed unread after the throttle time (Kafka's
+            # acceptor's delayed close), not counted as a connection
+            self.quotas.release(self.name, ip)
+            count = client_quotas.throttled["connection_creation_rate"][0]
+            if count & (count - 1) == 0:
+                log.warning("closing connection from %s after %d ms: over its IP's connection_creation_rate "
+                            "(%d throttled so far)", peer, delay, count)
+            try:
+                await asyncio.sleep(delay / 1000)
+            finally:
+                writer.transport.abort()
+            return
         task = asyncio.current_task()
         self._connections[task] = writer
         current_listener.set(self.name)
@@ -411,18 +431,43 @@ class KafkaListener:
                                               unsupported_version_response())]
             raise MalformedRequest(f"{api.name} v{header.api_version} is not supported "
                                    f"(v{api.min_version}-{api.max_version})")
+        clock = None
+        quotas = getattr(self.broker, "client_quotas", None)
+        if quotas is not None and quotas.requests_enabled and header.api_key not in EXEMPT_KEYS:
+            clock = RequestClock()  # request_percentage: this request's running time is charged to its client
         request = codec.decode_body(header, payload)
+        if clock is not None and getattr(request, "replica_id", -1) >= 0:
+            clock = None  # a follower's fetch
         started = _clock()
         result = api.handler(self.broker, header, request)
         if type(result) is CoroutineType or (type(result) is not RawResponse and inspect.isawaitable(result)):
-            return self._answer_later(api.name, header, started, result)
-        return self._answer(api.name, header, started, result)
+            return self._answer_later(api.name, header, started, result, clock)
+        return self._answer(api.name, header, started, result, clock)
 
-    async def _answer_later(self, name: str, header, started: float, result):
-        return self._answer(name, header, started, await result)
+    async def _answer_later(self, name: str, header, started: float, result, clock: RequestClock | None = None):
+        if clock is None:
+            return self._answer(name, header, started, await result)
+        clock.pause()
+        result = await Timed(result, clock)
+        clock.resume()
+        return self._answer(name, header, started, result, clock)
 
-    def _answer(self, name: str, header, started: float, result) -> list | None:
+    def _charge(self, header, result, clock: RequestClock):
+        """request_percentage: the request's running time recorded against its client's quota; over it, the
+        connection muted and the answer's ``throttle_time_ms`` raised to the throttle (answers framed by hand
+        keep theirs)."""
+        session = current_session.get()
+        principal = session.principal if session is not None else "User:ANONYMOUS"
+        throttle = self.broker.client_quotas.record_request(principal, header.client_id, clock.total(), session)
+        current = getattr(result, "throttle_time", None)
+        if throttle and isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < throttle:
+            result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle))
+        return result
+
+    def _answer(self, name: str, header, started: float, result, clock: RequestClock | None = None) -> list | None:
         self.broker.metrics.request(name, _clock() - started)
+        if clock is not None:
+            result = self._charge(header, result, clock)
         if type(result) is RawResponse:
             return result.parts
         if result is NO_RESPONSE:
