@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import struct
+import zlib
 from urllib.parse import unquote
 
 from broker.cluster.znodes import node_name
@@ -28,6 +29,29 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 CONSUMERS = "/consumers"
 PROTOCOL_STATE = "protocol_state"  # a "consumer"-protocol group's state (KIP-848), beside the offsets registry
 STALE = -2  # a group whose write was refused: no write until it is read again
+COMPRESS_ABOVE = 64 * 1024  # a larger group state is stored zlib-compressed (JSON's repetitions shrink ~10x)
+ZNODE_MAX = 1_000_000  # ZooKeeper's jute.maxbuffer (1 MiB by default) less room for the request around it
+
+
+def encode_group_state(state: dict) -> bytes:
+    """A "consumer"-protocol group's state as stored: JSON, zlib-compressed past :data:`COMPRESS_ABOVE` bytes (JSON
+    starts with ``{``, zlib with 0x78: :func:`decode_group_state` tells them apart). A state that would not fit in
+    a znode is a ValueError, not a request that ZooKeeper answers by dropping the broker's connection."""
+    data = json.dumps(state, separators=(",", ":")).encode()
+    if len(data) > COMPRESS_ABOVE:
+        data = zlib.compress(data, 6)
+    if len(data) > ZNODE_MAX:
+        raise ValueError(f"the group's state is {len(data):,} bytes compressed, more than a znode holds "
+                         f"({ZNODE_MAX:,}): fewer members or partitions per group")
+    return data
+
+
+def decode_group_state(data: bytes) -> dict | None:
+    """:func:`encode_group_state` reversed; None for what is neither (the group starts afresh)."""
+    try:
+        return json.loads(zlib.decompress(data) if data[:1] == b"\x78" else data)
+    except (ValueError, zlib.error):
+        return None
 
 
 class StaleGroupState(Exception):
@@ -273,16 +297,13 @@ class ZkOffsetStore:
             self._versions[group] = -1
             return None
         self._versions[group] = stat.version
-        try:
-            return json.loads(data)
-        except ValueError:
-            return None
+        return decode_group_state(data)
 
     async def save_consumer_group(self, group: str, state: dict | None) -> None:
         """A "consumer"-protocol group's state in ``/consumers/<group>/protocol_state`` (None deletes it), written
         only over the version this broker last read or wrote: StaleGroupState when another coordinator wrote it
         meanwhile (a group this broker never read is written as before, unconditionally)."""
-        data = None if state is None else json.dumps(state, separators=(",", ":")).encode()
+        data = None if state is None else encode_group_state(state)
         await self.zk.call(self._save_consumer_group, group, data)
 
     def _save_consumer_group(self, group: str, data: bytes | None) -> None:
