@@ -18,6 +18,7 @@ from broker.config import LONG_MAX, BrokerConfig, ConfigError
 from broker.groups.coordinator import GroupCoordinator
 from broker.txn.coordinator import TransactionCoordinator
 from broker.log.cleaner import LogCleaner
+from broker.log.dir_mover import LogDirMover
 from broker.log.log import LogConfig, PartitionLog
 from broker import limits
 from broker.log.manager import LogManager
@@ -76,6 +77,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.txn = TransactionCoordinator(self)
         self.cleaner = LogCleaner(self)
+        self.dir_mover = LogDirMover(self)  # AlterReplicaLogDirs
         self.authorizer = AclAuthorizer.from_broker(self)  # None: every request allowed
         self.metrics = BrokerMetrics()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
@@ -449,6 +451,7 @@ class Broker:
         await self.txn.stop(step)
         await self.groups.stop()
         await self.quota_watcher.stop()
+        await self.dir_mover.stop()  # a move under way is given up (its copy removed at the next start)
         for listener in self.listeners.values():
             listener.close()
         self.metrics.stop()

@@ -255,13 +255,14 @@ def test_kafka_python_sees_the_same_codes(cluster):
 
 def test_the_admin_apis_need_their_acls(cluster):
     """DeleteRecords needs Delete on the topic, OffsetDelete Delete on the group, DescribeLogDirs Describe and
-    ElectLeaders Alter on the cluster, DescribeClientQuotas DescribeConfigs and AlterClientQuotas AlterConfigs on
+    ElectLeaders and AlterReplicaLogDirs Alter on the cluster, DescribeClientQuotas DescribeConfigs and AlterClientQuotas AlterConfigs on
     the cluster: refused to a user without them with Kafka's codes."""
     from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
     from confluent_kafka import ElectionType
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KTopicPartition
-    from kafka.errors import GroupAuthorizationFailedError
+    from kafka import TopicPartitionReplica
+    from kafka.errors import ClusterAuthorizationFailedError, GroupAuthorizationFailedError
 
     topic = cluster.topic()
     produce(cluster.conf("admin"), topic, 5)
@@ -289,6 +290,8 @@ def test_the_admin_apis_need_their_acls(cluster):
             entity=[entry.EntityData(entity_type="user", entity_name="bob")],
             ops=[entry.OpData(key="producer_byte_rate", value=1e9, remove=False)])], validate_only=False))
         assert altered.entries[0].error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        moved = kbob.alter_replica_log_dirs({TopicPartitionReplica(topic, 0, 0): "/anywhere"})
+        assert moved == {TopicPartitionReplica(topic, 0, 0): ClusterAuthorizationFailedError}
     finally:
         kbob.close()
     cluster.allow("User:bob", AclOperation.DELETE, ResourceType.TOPIC, topic)

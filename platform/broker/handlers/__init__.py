@@ -5,6 +5,7 @@ from broker.handlers import (  # noqa: F401  (imported for registration)
     add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
+    alter_replica_log_dirs,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,

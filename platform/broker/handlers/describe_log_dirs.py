@@ -2,8 +2,10 @@
 disk (``kafka-log-dirs.sh --describe``, kafka-python's ``describe_log_dirs``). ``topics`` null asks for every
 partition; v4 adds each directory's total and usable bytes (statvfs). A partition whose log could not be loaded is
 left out (its directory answers as usual: a directory is offline in Kafka only when its disk failed, which logbus
-handles per partition). ``offset_lag`` is 0: logbus moves no replica between directories (no future logs). Describe
-on the Cluster is needed when ACLs are on (CLUSTER_AUTHORIZATION_FAILED, from v3 at the top; before, no results)."""
+handles per partition). A replica being moved to another directory (AlterReplicaLogDirs) is listed there too, with
+``is_future_key`` true, the bytes copied so far and its ``offset_lag`` (:meth:`Move.offset_lag`); current replicas'
+``offset_lag`` is 0. Describe on the Cluster is needed when ACLs are on (CLUSTER_AUTHORIZATION_FAILED, from v3 at
+the top; before, no results)."""
 
 import os
 
@@ -44,6 +46,11 @@ async def handle(broker, header, request):
             by_dir[log_dir].setdefault(topic, []).append(
                 build(partition_cls, partition_index=partition, partition_size=plog.size_bytes, offset_lag=0,
                       is_future_key=False))
+        move = broker.dir_mover.moves.get((topic, partition))
+        if move is not None and move.destination in by_dir:
+            by_dir[move.destination].setdefault(topic, []).append(
+                build(partition_cls, partition_index=partition, partition_size=move.size,
+                      offset_lag=move.offset_lag(plog), is_future_key=True))
     results = []
     for log_dir, topics in by_dir.items():
         extra = {}

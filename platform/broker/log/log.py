@@ -87,6 +87,7 @@ class PartitionLog:
         self.producers = ProducerStateManager()
         self._unflushed_messages = 0
         self._last_flush_ms = int(time.time() * 1000)
+        self.truncations = 0  # files rewritten in place (a copy of them, as a log dir move's, must start over)
         os.makedirs(directory, exist_ok=True)
         self._load(clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
@@ -300,6 +301,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             return
         offset = max(offset, self.log_start_offset)
+        self.truncations += 1
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             self.segments.pop().delete()
             self._bases.pop()
@@ -318,6 +320,7 @@ class PartitionLog:
         """Drop the whole log and start empty at ``offset`` (a follower whose leader no longer has what it
         would need next)."""
         fresh = LogSegment.create(self.dir, offset, self.config.index_interval_bytes)  # first: it may be refused
+        self.truncations += 1
         for segment in self.segments:
             segment.delete()
         self.segments.clear()

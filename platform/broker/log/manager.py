@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import time
 import uuid
 from typing import Callable
@@ -31,6 +32,8 @@ RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+# a replica being moved to this log dir (AlterReplicaLogDirs), and one moved away, to be removed
+_MOVE_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]+-(?P<kind>future|delete)$")
 
 
 def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -80,8 +83,34 @@ class LogManager:
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self.offline: dict[tuple[str, int], str] = {}  # partition -> why it could not be loaded
+        self.preferred: dict[tuple[str, int], str] = {}  # AlterReplicaLogDirs for a replica not created yet
+
+    def _finish_interrupted_moves(self) -> None:
+        """Left-overs of replica moves between log dirs (:mod:`broker.log.dir_mover`): a ``-delete`` directory goes;
+        a ``-future`` one goes too if its partition has a current directory (the move is abandoned: requests to move
+        are not kept across restarts), and becomes the current one if it has none (the broker stopped between the
+        move's two renames, after the future copy was complete)."""
+        current, moves = set(), []
+        for log_dir in self.log_dirs:
+            for name in os.listdir(log_dir):
+                if (match := _DIR_NAME.match(name)) is not None and os.path.isdir(os.path.join(log_dir, name)):
+                    current.add((match["topic"], int(match["partition"])))
+                elif (match := _MOVE_NAME.match(name)) is not None:
+                    moves.append((log_dir, name, match))
+        for log_dir, name, match in moves:
+            key, path = (match["topic"], int(match["partition"])), os.path.join(log_dir, name)
+            if match["kind"] == "future" and key not in current:
+                log.warning("%s: a replica move stopped after its copy was complete; finishing it", path)
+                os.rename(path, os.path.join(log_dir, f"{key[0]}-{key[1]}"))
+                current.add(key)
+            else:
+                log.info("removing %s (left by a replica move between log dirs)", path)
+                shutil.rmtree(path, ignore_errors=True)
 
     def load(self) -> None:
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+        self._finish_interrupted_moves()
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN)
@@ -132,7 +161,8 @@ class LogManager:
         counts = {d: 0 for d in self.log_dirs}
         for d in self._dir_of.values():
             counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # fewest partitions, as Kafka picks
+        log_dir = self.preferred.pop(key, None) or min(self.log_dirs, key=lambda d: counts[d])  # else the dir with
+        # the fewest partitions, as Kafka picks
         self.logs[key] = PartitionLog(os.path.join(log_dir, f"{topic}-{partition}"), topic, partition,
                                       self.config_for(topic))
         self._dir_of[key] = log_dir
@@ -154,6 +184,11 @@ class LogManager:
 
     def dir_of(self, topic: str, partition: int) -> str | None:
         return self._dir_of.get((topic, partition))
+
+    def replace(self, key: tuple[str, int], plog: PartitionLog, log_dir: str) -> None:
+        """A replica moved to ``log_dir``: ``plog`` serves the partition from now on."""
+        self.logs[key] = plog
+        self._dir_of[key] = log_dir
 
     def delete(self, topic: str, partition: int) -> None:
         plog = self.logs.pop((topic, partition), None)
