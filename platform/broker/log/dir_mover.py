@@ -6,13 +6,14 @@ pass after pass, while the log keeps taking appends. Between truncations every f
 (segments, indexes, the transaction index), so a pass copies only what a file grew since the last one; a file
 replaced by another (a new inode: a compacted segment, a new leader-epoch checkpoint or producer snapshot), one
 that shrank, or any truncation of the log (:attr:`PartitionLog.truncations`) is copied whole again, and files
-that are gone are removed from the copy. Once a pass has little left to copy, the last one runs on the event
-loop, where nothing can be appended in between: a producer snapshot is written, the rest copied and fsync'd, the
-old directory renamed ``<topic>-<partition>.<id>-delete``, the future one renamed ``<topic>-<partition>`` in the
-destination, and a log opened there takes the old one's place (its high watermark, leader epoch and replicated
-flag carried over; every caller looks a log up by its partition, the cluster's partition object is pointed at
-the new one). The old files are closed and removed after ``file.delete.delay.ms`` (reads in flight on them
-finish first). The checkpoints of every log dir are written at once.
+that are gone are removed from the copy. Once a pass has little left to copy (or after 20 passes), the last one
+runs on the event loop, where nothing can be appended in between: a producer snapshot is written, the rest
+copied and fsync'd, the old directory renamed ``<topic>-<partition>.<id>-delete``, the future one renamed
+``<topic>-<partition>`` in the destination, and a log opened there takes the old one's place (its high
+watermark, leader epoch and replicated flag carried over; every caller looks a log up by its partition, the
+cluster's partition object is pointed at the new one). The old files are closed and removed after
+``file.delete.delay.ms`` (reads in flight on them finish first). The checkpoints of every log dir are written at
+once.
 
 What Kafka does differently: its future replica fetches batches from the current one (and is listed with its own
 log end offset); logbus copies files, and describes a move's ``offset_lag`` as the log end offset minus the base
@@ -36,6 +37,7 @@ from broker.log.log import PartitionLog
 log = logging.getLogger(__name__)
 
 LAST_PASS_BYTES = 1024 * 1024  # a pass that copied less than this is followed by the last one, on the loop
+MAX_PASSES = 20
 CHUNK = 1024 * 1024
 TRANSIENT = (".deleted", ".cleaned", ".swap")  # files on their way out or not complete yet
 
@@ -166,17 +168,23 @@ class LogDirMover:
     async def _run(self, move: Move) -> None:
         logs = self.broker.logs
         plog = logs.get(*move.key)
+        passes = 0
         try:
             while True:
                 if logs.get(*move.key) is not plog:  # deleted (a topic deletion, a reassignment) meanwhile
                     log.info("%s-%d: its log went away; the move to %s is given up", *move.key, move.destination)
+                    shutil.rmtree(move.future, ignore_errors=True)
                     return
                 truncations = plog.truncations
                 copied = await asyncio.to_thread(copy_pass, plog.dir, move.future, move.state)
+                passes += 1
                 if plog.truncations != truncations:
                     move.state.files.clear()  # rewritten in place meanwhile: copy it all again
                     continue
-                if copied < LAST_PASS_BYTES and not self.broker.cleaner.busy and logs.get(*move.key) is plog:
+                # the last pass once little is left, or after MAX_PASSES whatever is left (appends faster than
+                # the copy would otherwise keep it going for ever)
+                last = copied < LAST_PASS_BYTES or passes >= MAX_PASSES
+                if last and not self.broker.cleaner.busy and logs.get(*move.key) is plog:
                     self._finish(move, plog)
                     return
                 if copied < LAST_PASS_BYTES:
