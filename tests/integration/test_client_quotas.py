@@ -267,7 +267,8 @@ def api_versions(port: int, source: str = "127.0.0.1") -> tuple[bool, float]:
 
 def test_request_time_and_connection_creation_quotas(fresh_broker):
     """request_percentage: kafka-python's requests from a client id with 1% of a thread get answers with
-    throttle_time_ms (at most one quota window), another client id's never do. connection_creation_rate (KIP-612)
+    throttle_time_ms (at most one quota window), another client id's never do; so do confluent-kafka's produce
+    requests from that client id (throttle_cb). connection_creation_rate (KIP-612)
     for 127.0.0.1: new connections past 2 a second are closed unanswered after a delay, another IP's are not, and
     the refused ones are not counted."""
     metrics_port = free_port()
@@ -308,6 +309,17 @@ def test_request_time_and_connection_creation_quotas(fresh_broker):
             q.close()
     assert [t for t in throttles["greedy"] if t] and max(throttles["greedy"]) <= 1000, throttles["greedy"]
     assert not any(throttles["polite"]), throttles["polite"]
+    # confluent-kafka's producer: the throttle is in its Produce answers too (framed by hand, raised in place)
+    reported = []
+    producer = Producer({"bootstrap.servers": b.bootstrap, "client.id": "greedy", "linger.ms": 0,
+                         "throttle_cb": lambda e: reported.append(e.throttle_time)})
+    deadline = time.monotonic() + 60
+    while not reported and time.monotonic() < deadline:
+        for _ in range(50):
+            producer.produce("request-quota", b"x" * 100)
+        producer.poll(0.05)
+    assert producer.flush(60) == 0
+    assert reported and 0 < max(reported) <= 1000, reported
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     assert 'logbus_broker_client_quota_throttled_responses_total{quota_type="Request"}' in text
     counts = {line.split("{")[1].split("}")[0]: float(line.split()[-1]) for line in text.splitlines()

@@ -72,3 +72,25 @@ def test_fetch_response_matches_kio(version):
                   log_start_offset=0, aborted_transactions=(), preferred_read_replica=-1, records=b""))),))
     header = (7).to_bytes(4, "big") + (b"\x00" if version >= 12 else b"")
     assert ours[4:] == header + kio_bytes(1, version, body)
+
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_a_request_quota_raises_a_produce_answers_throttle(version):
+    """``raise_throttle`` (a request_percentage throttle on a hand-framed answer) gives the bytes of the same answer
+    encoded with that throttle time, and never lowers one."""
+    topics = [("t1", [(0, 0, 42, 0, None)]), ("t2", [(3, 0, 7, 0, None)])]
+    assert produce_response.raise_throttle(produce_response.encode(version, 5, topics), version, 250) == \
+        produce_response.encode(version, 5, topics, throttle_ms=250)
+    throttled = produce_response.encode(version, 5, topics, throttle_ms=900)
+    assert produce_response.raise_throttle(throttled, version, 250) == throttled
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_a_request_quota_raises_a_fetch_answers_throttle(version):
+    topics = [("topic", [fetch_response.PartitionData(0, 0, 100, 100, 3, b"\x01\x02\x03" * 10)])]
+    parts = fetch_response.encode(version, 7, topics)
+    fetch_response.raise_throttle(parts, version, 250)
+    assert b"".join(parts) == b"".join(fetch_response.encode(version, 7, topics, throttle_ms=250))
+    parts = fetch_response.encode(version, 7, topics, throttle_ms=900)
+    fetch_response.raise_throttle(parts, version, 250)
+    assert b"".join(parts) == b"".join(fetch_response.encode(version, 7, topics, throttle_ms=900))

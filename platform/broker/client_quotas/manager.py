@@ -18,9 +18,8 @@ it anyway), the answer carries it, throttled: emptied, that batch would be refus
 percent of one thread over the quota window. Each request's own running time is measured (decoding, the handler's
 steps, encoding; not the time a handler waits: :func:`broker.network.timing.timed`), as Kafka counts its request
 handler and network threads' time. Over the quota (throttle bounded by one quota window, as Kafka's), the answer's
-``throttle_time_ms`` is raised to it where the answer is encoded from a message, and the connection muted that long
-(answers framed by hand, Produce and Fetch, are not rewritten: the mute alone delays the client). Exempt, as in
-Kafka: followers' fetches and the SASL handshake.
+``throttle_time_ms`` is raised to it (the hand-framed Produce and Fetch answers in place) and the connection muted
+that long. Exempt, as in Kafka: followers' fetches, the SASL handshake, WriteTxnMarkers.
 
 ``connection_creation_rate`` (KIP-612, ``ips/<ip>`` or ``ips/<default>``): each new connection from an IP is
 counted against its IP's rate; over it, the connection is not counted and is closed unread after the throttle time

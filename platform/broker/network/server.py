@@ -70,7 +70,7 @@ from broker.network.quotas import ConnectionQuotas
 from broker.network.receive import FrameFiller, ReceiveBuffers
 from broker.network.session import Session, current_session  # noqa: F401  (re-exported for the SASL handlers)
 from broker.network.timing import EXEMPT_KEYS, RequestClock, Timed
-from broker.protocol import codec
+from broker.protocol import codec, fetch_response, produce_response
 from broker.protocol.codec import MalformedRequest
 from broker.security import tls
 
@@ -454,13 +454,20 @@ class KafkaListener:
 
     def _charge(self, header, result, clock: RequestClock):
         """request_percentage: the request's running time recorded against its client's quota; over it, the
-        connection muted and the answer's ``throttle_time_ms`` raised to the throttle (answers framed by hand
-        keep theirs)."""
+        connection muted and the answer's ``throttle_time_ms`` raised to the throttle."""
         session = current_session.get()
         principal = session.principal if session is not None else "User:ANONYMOUS"
         throttle = self.broker.client_quotas.record_request(principal, header.client_id, clock.total(), session)
+        if not throttle:
+            return result
+        if type(result) is RawResponse:  # the hand-framed answers: Produce (one frame) and Fetch (its head first)
+            if header.api_key == 0 and len(result.parts) == 1 and header.api_version >= 1:
+                result.parts[0] = produce_response.raise_throttle(result.parts[0], header.api_version, throttle)
+            elif header.api_key == 1 and result.parts:
+                fetch_response.raise_throttle(result.parts, header.api_version, throttle)
+            return result
         current = getattr(result, "throttle_time", None)
-        if throttle and isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < throttle:
+        if isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < throttle:
             result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle))
         return result
 

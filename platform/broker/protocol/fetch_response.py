@@ -105,6 +105,14 @@ def encode(version: int, correlation_id: int, topics: list[tuple[str, list[Parti
     return parts
 
 
+def raise_throttle(parts: list, version: int, throttle_ms: int) -> None:
+    """Raise the ``throttle_time_ms`` of an encoded answer (its first part) to ``throttle_ms`` (a request quota's)."""
+    at = 9 if version >= 12 else 8  # size, correlation id[, tagged fields]
+    head = parts[0]
+    if _I32.unpack_from(head, at)[0] < throttle_ms:
+        parts[0] = head[:at] + _I32.pack(throttle_ms) + head[at + 4:]
+
+
 # ---- reading (the replica fetcher's side) -----------------------------------------------------------------------
 _HEAD_V12 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _PARTITION_V12 = struct.Struct(">ihqqq")  # index, error, hw, lso, log start offset

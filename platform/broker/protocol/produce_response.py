@@ -57,6 +57,14 @@ def encode(version: int, correlation_id: int,
     return bytes(out)
 
 
+def raise_throttle(frame: bytes, version: int, throttle_ms: int) -> bytes:
+    """An encoded answer whose ``throttle_time_ms`` (its last field) is at least ``throttle_ms`` (a request quota's)."""
+    at = len(frame) - (5 if version >= 9 else 4)
+    if _I32.unpack_from(frame, at)[0] >= throttle_ms:
+        return frame
+    return frame[:at] + _I32.pack(throttle_ms) + frame[at + 4:]
+
+
 _templates: dict[tuple[int, str], tuple[bytes, bytes, int]] = {}
 _SIZE_CORRELATION = struct.Struct(">ii")
 _PARTITION_V5 = struct.Struct(">ihqqq")  # index, error, base offset, log append time, log start offset
