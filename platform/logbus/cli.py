@@ -42,6 +42,11 @@ def _configs(args: argparse.Namespace) -> int:
     if quota_configs.is_quota_change(args.add_config, args.delete_config, types) or (
             args.describe and args.bootstrap_server and (not names or "" in names)):
         return quota_configs.run(args, types, names)
+    if args.describe and args.bootstrap_server and types == ["users"] and len(names) == 1:
+        # kafka-configs' describe of a named user: its quotas, then its SCRAM credentials
+        code = quota_configs.run(args, types, names)
+        if code:
+            return code
     if len(types) > 1 or len(names) > 1:
         print("logbus: configs: SCRAM credentials take one --entity-type users and one --entity-name",
               file=sys.stderr)

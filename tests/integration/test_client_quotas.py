@@ -185,6 +185,18 @@ def test_logbus_configs_and_a_standalone_broker_keep_quotas(fresh_broker):
                                        "consumer_byte_rate=300000.0, producer_byte_rate=100000.0"]
     out = logbus(*boot, "--describe", "--entity-type", "clients", "--entity-default")
     assert out.stdout.splitlines() == ["Quota configs for the default client-id are consumer_byte_rate=5000.0"]
+    # a named user: its quotas, then its SCRAM credentials (none here: kafka-configs' error line, exit 0)
+    out = logbus(*boot, "--alter", "--add-config", "request_percentage=50", "--entity-type", "users",
+                 "--entity-name", "alice")
+    assert out.returncode == 0, out.stderr
+    out = logbus(*boot, "--describe", "--entity-type", "users", "--entity-name", "alice")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Quota configs for user-principal 'alice' are request_percentage=50.0", lines
+    assert lines[1].startswith("Error retrieving SCRAM credential configs for user-principal 'alice': "), lines
+    assert len(lines) == 2
+    assert logbus(*boot, "--alter", "--delete-config", "request_percentage", "--entity-type", "users",
+                  "--entity-name", "alice").returncode == 0
     # refusals: one line, non-zero
     out = logbus(*boot, "--alter", "--add-config", "producer_byte_rate=0", "--entity-type", "clients",
                  "--entity-name", "x")
