@@ -28,7 +28,7 @@ def test_a_copy_pass_copies_what_changed(tmp_path):
     assert copy_pass(str(src), str(dst), state) == 5000 + 16 + 8
     expected = {k: v for k, v in snapshot(src).items() if not k.endswith(".deleted")}
     assert snapshot(dst) == expected
-    assert copy_pass(str(src), str(dst), state) == 0  # nothing changed
+    assert copy_pass(str(src), str(dst), state) == 8  # nothing grew; the small files are copied whole every time
 
     with open(src / "00000000000000000000.log", "ab") as f:  # appended: only the tail
         f.write(b"b" * 300)
@@ -38,6 +38,7 @@ def test_a_copy_pass_copies_what_changed(tmp_path):
         f.truncate(8)
     (src / "00000000000000005000.log").write_bytes(b"c" * 10)  # new
     assert copy_pass(str(src), str(dst), state) == 300 + 8 + 8 + 10
+    assert copy_pass(str(src), str(dst), state, frozenset({"00000000000000005000.log"})) == 8 + 10  # asked whole
     assert snapshot(dst) == {k: v for k, v in snapshot(src).items() if not k.endswith(".deleted")}
 
     os.unlink(src / "00000000000000000000.log")  # retention: gone from the copy too
@@ -49,12 +50,13 @@ def test_a_copy_pass_copies_what_changed(tmp_path):
 
 def test_start_up_finishes_or_removes_an_interrupted_move(tmp_path):
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
-    for path in (d1 / "t-0", d2 / "t-0.ab12-future", d2 / "u-0.cd34-future", d1 / "u-0.cd34-delete",
-                 d1 / "v-1.ef56-delete"):
+    for path in (d1 / "t-0", d2 / "t-0.ab12-ready", d2 / "u-0.cd34-ready", d1 / "u-0.cd34-delete",
+                 d1 / "v-1.ef56-delete", d2 / "w-0.0a1b-future"):
         path.mkdir(parents=True)
     manager = LogManager([str(d1), str(d2)], lambda topic: LogConfig())
     manager.load()
     assert sorted(os.listdir(d1)) == ["t-0"]  # the abandoned copy and the retired directories removed
-    assert sorted(os.listdir(d2)) == ["u-0"]  # a complete copy whose source was already retired: it is the replica
-    assert manager.dir_of("t", 0) == str(d1) and manager.dir_of("u", 0) == str(d2)
+    # a complete copy whose source was already retired is the replica; a partial copy is never promoted
+    assert sorted(os.listdir(d2)) == ["u-0"]
+    assert manager.dir_of("t", 0) == str(d1) and manager.dir_of("u", 0) == str(d2) and manager.dir_of("w", 0) is None
     manager.shutdown()

@@ -303,10 +303,11 @@ class ZkOffsetStore:
         """A "consumer"-protocol group's state in ``/consumers/<group>/protocol_state`` (None deletes it), written
         only over the version this broker last read or wrote: StaleGroupState when another coordinator wrote it
         meanwhile (a group this broker never read is written as before, unconditionally)."""
-        data = None if state is None else encode_group_state(state)
-        await self.zk.call(self._save_consumer_group, group, data)
+        await self.zk.call(self._save_consumer_group, group, state)  # encoded there, off the event loop (a large
+        # group's JSON and its compression take milliseconds; the snapshot is a structure of its own)
 
-    def _save_consumer_group(self, group: str, data: bytes | None) -> None:
+    def _save_consumer_group(self, group: str, state: dict | None) -> None:
+        data = None if state is None else encode_group_state(state)
         path = f"{CONSUMERS}/{node_name(group)}/{PROTOCOL_STATE}"
         client, expected = self.zk.client, self._versions.get(group)
         try:

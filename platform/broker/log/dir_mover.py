@@ -2,25 +2,27 @@
 replica and its ``ReplicaAlterLogDirsThread``), while the partition goes on serving.
 
 A move copies the partition's directory into ``<destination>/<topic>-<partition>.<id>-future`` in a worker thread,
-pass after pass, while the log keeps taking appends. Between truncations every file of a log is append-only
-(segments, indexes, the transaction index), so a pass copies only what a file grew since the last one; a file
-replaced by another (a new inode: a compacted segment, a new leader-epoch checkpoint or producer snapshot), one
-that shrank, or any truncation of the log (:attr:`PartitionLog.truncations`) is copied whole again, and files
-that are gone are removed from the copy. Once a pass has little left to copy (or after 20 passes), the last one
-runs on the event loop, where nothing can be appended in between: a producer snapshot is written, the rest
-copied and fsync'd, the old directory renamed ``<topic>-<partition>.<id>-delete``, the future one renamed
-``<topic>-<partition>`` in the destination, and a log opened there takes the old one's place (its high
-watermark, leader epoch and replicated flag carried over; every caller looks a log up by its partition, the
-cluster's partition object is pointed at the new one). The old files are closed and removed after
-``file.delete.delay.ms`` (reads in flight on them finish first). The checkpoints of every log dir are written at
-once.
+pass after pass, while the log keeps taking appends, every file written fsync'd there. Between in-place rewrites
+(a truncation, or an append the disk refused and that was cut back: :attr:`PartitionLog.truncations`, which makes
+the copy start over) the segments and indexes are append-only, so a pass copies only what they grew; a file
+replaced by another (a new inode: a compacted segment) or one that shrank is copied whole, the small other files
+(leader-epoch checkpoint, producer snapshot) whole every pass, and files that are gone are removed from the copy.
+Once a pass has copied less than 1 MiB (after 20 passes, less than 16 MiB), the last one runs on the event loop,
+where nothing can be appended in between: a producer snapshot is written, the rest copied (the active segment's
+indexes whole), the copy renamed ``-ready``, the old directory ``<topic>-<partition>.<id>-delete``, the copy
+``<topic>-<partition>`` in the destination (both parents fsync'd), and a log opened there takes the old one's
+place (its high watermark, leader epoch and replicated flag carried over; every caller looks a log up by its
+partition, the cluster's partition object is pointed at the new one). The old files are closed and removed after
+``file.delete.delay.ms`` (reads in flight on them finish first). The offset checkpoints of every log dir are
+written at once (start-up also takes the highest log start offset any dir's checkpoint lists).
 
 What Kafka does differently: its future replica fetches batches from the current one (and is listed with its own
 log end offset); logbus copies files, and describes a move's ``offset_lag`` as the log end offset minus the base
-offset of the first segment not yet copied whole. A move is not kept across a restart (Kafka resumes it): the
-future directory is removed at start-up, unless the broker stopped between the two renames of a complete copy
-(:meth:`LogManager._finish_interrupted_moves`), and must be asked for again. The log cleaner is waited for: the
-last pass does not run while a compaction is under way.
+offset of the first segment not yet copied whole. A move is not kept across a restart (Kafka resumes it): a
+``-future`` directory is removed at start-up, a ``-ready`` one becomes the replica if the broker stopped between
+the renames (:meth:`LogManager._finish_interrupted_moves`), and a move must be asked for again. The log cleaner is
+waited for: the last pass does not run while a compaction is under way. A partition written faster than it can be
+copied keeps its move going (as a Kafka future replica that never catches up).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import asyncio
 import logging
 import os
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, field
 
@@ -38,8 +41,10 @@ log = logging.getLogger(__name__)
 
 LAST_PASS_BYTES = 1024 * 1024  # a pass that copied less than this is followed by the last one, on the loop
 MAX_PASSES = 20
+LATE_LAST_PASS_BYTES = 16 * 1024 * 1024  # after MAX_PASSES, the last pass once a pass copied less than this
 CHUNK = 1024 * 1024
 TRANSIENT = (".deleted", ".cleaned", ".swap")  # files on their way out or not complete yet
+APPEND_ONLY = (".log", ".index", ".timeindex", ".txnindex")  # between truncations; other files are rewritten whole
 
 
 @dataclass
@@ -50,8 +55,23 @@ class CopyState:
     copied: int = 0  # bytes in all
 
 
-def copy_pass(source: str, target: str, state: CopyState) -> int:
-    """Bring ``target`` up to what ``source`` holds now; the bytes copied. No event loop needed (a worker thread)."""
+def _remove_in_background(path: str) -> None:
+    threading.Thread(target=shutil.rmtree, args=(path, True), daemon=True).start()
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_pass(source: str, target: str, state: CopyState, whole: frozenset = frozenset()) -> int:
+    """Bring ``target`` up to what ``source`` holds now, each file written fsync'd; the bytes copied. Append-only
+    files get what they grew (unless their inode changed, they shrank, or they are named in ``whole``); the small
+    others are copied whole every time (a file replaced twice may get its first inode back). No event loop needed
+    (a worker thread)."""
     os.makedirs(target, exist_ok=True)
     moved = 0
     present = set()
@@ -68,25 +88,28 @@ def copy_pass(source: str, target: str, state: CopyState) -> int:
         present.add(name)
         inode, done = state.files.get(name, (-1, -1))
         dst = os.path.join(target, name)
-        if inode != st.st_ino or done > st.st_size or not os.path.exists(dst):
-            done = 0
-            with open(dst, "wb"):
-                pass
-        if done < st.st_size:
-            try:
-                with open(src, "rb") as fin, open(dst, "r+b") as fout:
-                    fin.seek(done)
-                    fout.seek(done)
-                    while done < st.st_size:
-                        chunk = fin.read(min(CHUNK, st.st_size - done))
-                        if not chunk:  # shrank meanwhile: the next pass sees it
-                            break
-                        fout.write(chunk)
-                        done += len(chunk)
-                        moved += len(chunk)
-                    fout.truncate(done)
-            except FileNotFoundError:
-                continue
+        if (inode != st.st_ino or done > st.st_size or name in whole or not name.endswith(APPEND_ONLY)
+                or not os.path.exists(dst)):
+            done = -1
+        if done == st.st_size:
+            continue
+        try:
+            with open(src, "rb") as fin, open(dst, "wb" if done < 0 else "r+b") as fout:
+                done = max(done, 0)
+                fin.seek(done)
+                fout.seek(done)
+                while done < st.st_size:
+                    chunk = fin.read(min(CHUNK, st.st_size - done))
+                    if not chunk:  # shrank meanwhile: the next pass sees it
+                        break
+                    fout.write(chunk)
+                    done += len(chunk)
+                    moved += len(chunk)
+                fout.truncate(done)
+                fout.flush()
+                os.fsync(fout.fileno())
+        except FileNotFoundError:
+            continue
         state.files[name] = (st.st_ino, done)
     for name in set(state.files) - present:
         state.files.pop(name)
@@ -98,20 +121,6 @@ def copy_pass(source: str, target: str, state: CopyState) -> int:
     return moved
 
 
-def fsync_dir(path: str) -> None:
-    for name in os.listdir(path):
-        fd = os.open(os.path.join(path, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class Move:
     key: tuple[str, int]
@@ -119,17 +128,18 @@ class Move:
     future: str
     state: CopyState = field(default_factory=CopyState)
     task: asyncio.Task | None = None
+    truncations: int = -1  # the log's count of in-place rewrites the copy so far is valid for
 
     @property
     def size(self) -> int:
         """Bytes of the copy so far."""
-        return sum(done for _, done in self.state.files.values())
+        return sum(done for _, done in list(self.state.files.values()))
 
     def offset_lag(self, plog: PartitionLog) -> int:
         """The log end offset minus the base offset of the first segment whose ``.log`` is not copied whole."""
+        files = dict(self.state.files)
         for segment in plog.segments:
-            name = os.path.basename(segment.path)
-            if self.state.files.get(name, (0, -1))[1] < segment.size:
+            if files.get(os.path.basename(segment.path), (0, -1))[1] < segment.size:
                 return plog.log_end_offset - segment.base_offset
         return 0
 
@@ -173,51 +183,62 @@ class LogDirMover:
             while True:
                 if logs.get(*move.key) is not plog:  # deleted (a topic deletion, a reassignment) meanwhile
                     log.info("%s-%d: its log went away; the move to %s is given up", *move.key, move.destination)
-                    shutil.rmtree(move.future, ignore_errors=True)
+                    _remove_in_background(move.future)
                     return
-                truncations = plog.truncations
+                if plog.truncations != move.truncations:  # rewritten in place (now or ever): copy it all again
+                    move.state.files.clear()
+                    move.truncations = plog.truncations
                 copied = await asyncio.to_thread(copy_pass, plog.dir, move.future, move.state)
                 passes += 1
-                if plog.truncations != truncations:
-                    move.state.files.clear()  # rewritten in place meanwhile: copy it all again
+                if plog.truncations != move.truncations:
                     continue
-                # the last pass once little is left, or after MAX_PASSES whatever is left (appends faster than
-                # the copy would otherwise keep it going for ever)
-                last = copied < LAST_PASS_BYTES or passes >= MAX_PASSES
-                if last and not self.broker.cleaner.busy and logs.get(*move.key) is plog:
+                # the last pass once little is left; past MAX_PASSES once a pass copied less than 16 MiB (appends
+                # about as fast as the copy would otherwise keep it going for a long time)
+                last = copied < LAST_PASS_BYTES or (passes >= MAX_PASSES and copied < LATE_LAST_PASS_BYTES)
+                if last and not self.broker.cleaner.busy and logs.get(*move.key) is plog \
+                        and plog.truncations == move.truncations:
                     self._finish(move, plog)
                     return
                 if copied < LAST_PASS_BYTES:
                     await asyncio.sleep(0.1)
         except asyncio.CancelledError:
-            shutil.rmtree(move.future, ignore_errors=True)
+            _remove_in_background(move.future)
             raise
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the replica stays where it is, serving
             log.error("%s-%d: moving the replica to %s failed: %s; it stays in %s", *move.key, move.destination,
                       exc, os.path.dirname(plog.dir))
-            shutil.rmtree(move.future, ignore_errors=True)
+            _remove_in_background(move.future)
         finally:
             if self.moves.get(move.key) is move:
                 del self.moves[move.key]
 
     def _finish(self, move: Move, plog: PartitionLog) -> None:
-        """The last pass and the swap, on the event loop (no append can come in between)."""
+        """The last pass and the swap, on the event loop (no append can come in between). The copy is renamed
+        ``-ready`` once complete and fsync'd (start-up promotes only such a copy, never a partial one), then the
+        old directory ``-delete``, then the copy into place; both parents fsync'd."""
         topic, partition = move.key
         plog.snapshot_producers()
-        copy_pass(plog.dir, move.future, move.state)
-        fsync_dir(move.future)
+        active = plog.segments[-1]
+        whole = frozenset(os.path.basename(p) for p in (active.offset_index.path, active.time_index.path))
+        copy_pass(plog.dir, move.future, move.state, whole | {"leader-epoch-checkpoint"})
+        source_parent = os.path.dirname(plog.dir)
+        ready = move.future[:-len("-future")] + "-ready"
         retired = f"{plog.dir}.{uuid.uuid4().hex}-delete"
         final = os.path.join(move.destination, f"{topic}-{partition}")
+        os.rename(move.future, ready)
+        _fsync_path(move.destination)
         os.rename(plog.dir, retired)
         try:
-            os.rename(move.future, final)
+            os.rename(ready, final)
             moved = PartitionLog(final, topic, partition, plog.config, recovery_point=plog.log_end_offset,
                                  log_start_offset=plog.log_start_offset, clean_shutdown=True)
         except Exception:
-            if os.path.exists(final) and not os.path.exists(move.future):
+            if os.path.exists(final):
                 os.rename(final, move.future)
             os.rename(retired, plog.dir)  # the old log serves on, unchanged
             raise
+        _fsync_path(move.destination)
+        _fsync_path(source_parent)
         moved.high_watermark = plog.high_watermark
         moved.leader_epoch = plog.leader_epoch
         moved.replicated = plog.replicated
@@ -225,11 +246,11 @@ class LogDirMover:
         cluster = self.broker.cluster
         if cluster is not None and (part := cluster.partition(topic, partition)) is not None:
             part.log = moved
-        self.broker.logs.checkpoint()
+        self.broker.logs.checkpoint(snapshots=False)  # the offsets of both dirs, not every partition's snapshot
 
         def remove_old() -> None:
             plog.close()
-            shutil.rmtree(retired, ignore_errors=True)
+            _remove_in_background(retired)
 
         asyncio.get_running_loop().call_later(plog.config.file_delete_delay_ms / 1000, remove_old)
         log.info("%s-%d: replica moved to %s (%d bytes copied)", topic, partition, move.destination,

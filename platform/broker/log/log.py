@@ -285,13 +285,18 @@ class PartitionLog:
         active = self.segments[-1]
         due = self._unflushed_messages + count >= self.config.flush_interval_messages
         mark = active.mark() if due else None
-        active.append(parts, size, base, next_offset, max_timestamp, batches)
+        try:
+            active.append(parts, size, base, next_offset, max_timestamp, batches)
+        except OSError:
+            self.truncations += 1  # a refused write may have been cut back
+            raise
         if not due:
             self._unflushed_messages += count
             return
         try:
             self.flush()
         except OSError:
+            self.truncations += 1
             active.rollback(mark)  # flush.messages promised the batch on disk before it is acknowledged
             raise
 

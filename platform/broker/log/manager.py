@@ -33,7 +33,7 @@ START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 # a replica being moved to this log dir (AlterReplicaLogDirs), and one moved away, to be removed
-_MOVE_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]+-(?P<kind>future|delete)$")
+_MOVE_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]+-(?P<kind>future|ready|delete)$")
 
 
 def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -86,10 +86,10 @@ class LogManager:
         self.preferred: dict[tuple[str, int], str] = {}  # AlterReplicaLogDirs for a replica not created yet
 
     def _finish_interrupted_moves(self) -> None:
-        """Left-overs of replica moves between log dirs (:mod:`broker.log.dir_mover`): a ``-delete`` directory goes;
-        a ``-future`` one goes too if its partition has a current directory (the move is abandoned: requests to move
-        are not kept across restarts), and becomes the current one if it has none (the broker stopped between the
-        move's two renames, after the future copy was complete)."""
+        """Left-overs of replica moves between log dirs (:mod:`broker.log.dir_mover`): ``-delete`` and ``-future``
+        directories go (a move under way is abandoned: requests to move are not kept across restarts); a ``-ready``
+        one (a complete, fsync'd copy) becomes the current one if its partition has none (the broker stopped
+        between the move's renames), else it goes too."""
         current, moves = set(), []
         for log_dir in self.log_dirs:
             for name in os.listdir(log_dir):
@@ -99,7 +99,7 @@ class LogManager:
                     moves.append((log_dir, name, match))
         for log_dir, name, match in moves:
             key, path = (match["topic"], int(match["partition"])), os.path.join(log_dir, name)
-            if match["kind"] == "future" and key not in current:
+            if match["kind"] == "ready" and key not in current:
                 log.warning("%s: a replica move stopped after its copy was complete; finishing it", path)
                 os.rename(path, os.path.join(log_dir, f"{key[0]}-{key[1]}"))
                 current.add(key)
@@ -111,12 +111,16 @@ class LogManager:
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
         self._finish_interrupted_moves()
+        starts: dict[tuple[str, int], int] = {}  # every dir's: a replica moved to another dir just before a stop is
+        # still listed in its old dir's checkpoint
+        for log_dir in self.log_dirs:
+            for key, offset in read_checkpoint(os.path.join(log_dir, START_CHECKPOINT)).items():
+                starts[key] = max(offset, starts.get(key, 0))
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN)
             clean = os.path.exists(marker)
             recovery = read_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT))
-            starts = read_checkpoint(os.path.join(log_dir, START_CHECKPOINT))
             for name in sorted(os.listdir(log_dir)):
                 match = _DIR_NAME.match(name)
                 path = os.path.join(log_dir, name)
@@ -196,11 +200,11 @@ class LogManager:
             plog.delete()
             self._dir_of.pop((topic, partition), None)
 
-    def checkpoint(self) -> bool:
-        """Producer snapshots and the offset checkpoints of every log dir; False if the disk refused any (each
-        is reported and tried again at the next checkpoint). Never raises OSError."""
+    def checkpoint(self, snapshots: bool = True) -> bool:
+        """Producer snapshots (``snapshots``) and the offset checkpoints of every log dir; False if the disk refused
+        any (each is reported and tried again at the next checkpoint). Never raises OSError."""
         ok = True
-        for key, partition_log in self.logs.items():
+        for key, partition_log in self.logs.items() if snapshots else ():
             ok = self._attempt("producer snapshots", key, partition_log.snapshot_producers) and ok
         for log_dir in self.log_dirs:
             keys = [k for k, d in self._dir_of.items() if d == log_dir]

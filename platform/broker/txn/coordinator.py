@@ -171,8 +171,10 @@ class TransactionCoordinator:
         # coordinator had committed (and answered clients for) may be above it: wait for them.
         target = plog.log_end_offset
         while plog.high_watermark < target:
-            if self.owned.get(p) is not owned or self.broker.leader_log(TOPIC, p)[1] is not plog:
+            current = self.broker.leader_log(TOPIC, p)[1]
+            if self.owned.get(p) is not owned or current is None:
                 return
+            plog = current  # the same partition's log, or the one a move to another log dir put in its place
             await asyncio.sleep(0.05)
         offset = plog.log_start_offset
         entries: dict[str, TxnRecord | None] = {}
