@@ -147,10 +147,8 @@ def _through_broker(args, add, delete: list[str], alter: bool) -> int:
             try:
                 described = admin.describe_user_scram_credentials([user])[user].result(30)
             except KafkaException as exc:  # kafka-configs' line (a user with quotas only, say), and a describe's 0
-                error = exc.args[0] if exc.args else exc
                 print(f"Error retrieving SCRAM credential configs for user-principal '{user}': "
-                      f"{error.name() if hasattr(error, 'name') else type(error).__name__}: "
-                      f"{error.str() if hasattr(error, 'str') else error}")
+                      f"{exc.args[0].name()}: {exc.args[0].str()}")
                 return 0
             mechs = [f"{str(c.mechanism.name).replace('_', '-')}=iterations={c.iterations}"
                      for c in described.scram_credential_infos]

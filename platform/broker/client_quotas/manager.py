@@ -16,7 +16,7 @@ it anyway), the answer carries it, throttled: emptied, that batch would be refus
 
 ``request_percentage`` (Kafka's ``RequestQuotaManager``): the time the broker spends on a client's requests, in
 percent of one thread over the quota window. Each request's own running time is measured (decoding, the handler's
-steps, encoding; not the time a handler waits: :func:`broker.network.timing.timed`), as Kafka counts its request
+steps, encoding; not the time a handler waits: :class:`broker.network.timing.Timed`), as Kafka counts its request
 handler and network threads' time. Over the quota (throttle bounded by one quota window, as Kafka's), the answer's
 ``throttle_time_ms`` is raised to it (the hand-framed Produce and Fetch answers in place) and the connection muted
 that long. Exempt, as in Kafka: followers' fetches, the SASL handshake, WriteTxnMarkers.
@@ -166,9 +166,7 @@ class ClientQuotaManager:
         if throttle:
             rate.record(-1.0, now)  # Kafka: a connection it does not accept is not counted
             throttle = min(throttle, self.window_ms)
-            entry = self.throttled.setdefault(entities.CONNECTION_CREATION_RATE, [0, 0])
-            entry[0] += 1
-            entry[1] += throttle
+            self._count(entities.CONNECTION_CREATION_RATE, throttle)
         return throttle
 
     def mutation_quota(self, principal: str, client_id: str | None, strict: bool) -> "MutationQuota | None":
@@ -185,10 +183,13 @@ class ClientQuotaManager:
 
     def throttle(self, key: str, ms: int, session) -> None:
         """An answer throttles its client ``ms`` (> 0) for ``key``: counted, and the connection muted that long."""
+        self._count(key, ms)
+        mute(session, ms)
+
+    def _count(self, key: str, ms: int) -> None:
         entry = self.throttled.setdefault(key, [0, 0])
         entry[0] += 1
         entry[1] += ms
-        mute(session, ms)
 
 
 class MutationQuota:

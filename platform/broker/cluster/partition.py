@@ -73,11 +73,11 @@ class Partition:
     # ---- leader: followers' progress, high watermark ------------------------------------------------------
     def record_follower_fetch(self, replica_id: int, fetch_offset: int,
                               log_start: int = -1) -> tuple[int, ...] | None:
-        """A follower asked for ``fetch_offset`` (so its log ends there; ``log_start``: its log starts there). Returns a larger ISR to propose
-        when it has caught up and is not in the ISR, else None. A fetch past this log's end is no progress (it is
-        answered OFFSET_OUT_OF_RANGE: the follower holds a tail this leader does not have, to be truncated):
-        counted, it would raise the high watermark over records that follower does not hold (Kafka records a
-        follower's position only after a successful read)."""
+        """A follower asked for ``fetch_offset`` (so its log ends there; ``log_start``: its log starts there).
+        Returns a larger ISR to propose when it has caught up and is not in the ISR, else None. A fetch past this
+        log's end is no progress (it is answered OFFSET_OUT_OF_RANGE: the follower holds a tail this leader does
+        not have, to be truncated): counted, it would raise the high watermark over records that follower does not
+        hold (Kafka records a follower's position only after a successful read)."""
         follower = self.followers.get(replica_id)
         leader_leo = self.log.log_end_offset
         if follower is None or fetch_offset > leader_leo:

@@ -117,7 +117,6 @@ class LogManager:
             for key, offset in read_checkpoint(os.path.join(log_dir, START_CHECKPOINT)).items():
                 starts[key] = max(offset, starts.get(key, 0))
         for log_dir in self.log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN)
             clean = os.path.exists(marker)
             recovery = read_checkpoint(os.path.join(log_dir, RECOVERY_CHECKPOINT))

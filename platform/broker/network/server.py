@@ -62,6 +62,7 @@ import struct
 import time
 from types import CoroutineType
 
+from broker.client_quotas.manager import requester
 from broker.config import ConfigError
 from broker.handlers import APIS, NO_RESPONSE, RawResponse
 from broker.handlers import produce_run
@@ -215,6 +216,7 @@ class KafkaListener:
         self.max_request_bytes = max_request_bytes
         self.pool = pool if pool is not None else MemoryPool(-1)
         self.quotas = quotas if quotas is not None else ConnectionQuotas()
+        self.client_quotas = getattr(broker, "client_quotas", None)  # the broker's ClientQuotaManager, if any
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._closing = False
@@ -274,7 +276,7 @@ class KafkaListener:
                 log.warning("closing connection from %s at once: %s (%d refused so far)", peer, refused, count)
             writer.transport.abort()
             return
-        client_quotas = getattr(self.broker, "client_quotas", None)
+        client_quotas = self.client_quotas
         if client_quotas is not None and client_quotas.ip_rates and (delay := client_quotas.connection_throttle(ip)):
             # KIP-612: over its IP's connection_creation_rate, closed unread after the throttle time (Kafka's
             # acceptor's delayed close), not counted as a connection
@@ -299,7 +301,7 @@ class KafkaListener:
         encrypted = ssl_object is not None
         received = None  # the reused buffer a large frame was received into (plain connections)
         data, pos = b"", 0  # bytes read from the socket and not handled yet: data[pos:]
-        quotas = self.broker.client_quotas if hasattr(self.broker, "client_quotas") else None
+        quotas = client_quotas
         try:
             while not self._closing:
                 if session.muted_until:  # a client over its quota: nothing more is read until its throttle ends
@@ -432,7 +434,7 @@ class KafkaListener:
             raise MalformedRequest(f"{api.name} v{header.api_version} is not supported "
                                    f"(v{api.min_version}-{api.max_version})")
         clock = None
-        quotas = getattr(self.broker, "client_quotas", None)
+        quotas = self.client_quotas
         if quotas is not None and quotas.requests_enabled and header.api_key not in EXEMPT_KEYS:
             clock = RequestClock()  # request_percentage: this request's running time is charged to its client
         request = codec.decode_body(header, payload)
@@ -455,9 +457,8 @@ class KafkaListener:
     def _charge(self, header, result, clock: RequestClock):
         """request_percentage: the request's running time recorded against its client's quota; over it, the
         connection muted and the answer's ``throttle_time_ms`` raised to the throttle."""
-        session = current_session.get()
-        principal = session.principal if session is not None else "User:ANONYMOUS"
-        throttle = self.broker.client_quotas.record_request(principal, header.client_id, clock.total(), session)
+        session, principal = requester()
+        throttle = self.client_quotas.record_request(principal, header.client_id, clock.total(), session)
         if not throttle:
             return result
         if type(result) is RawResponse:  # the hand-framed answers: Produce (one frame) and Fetch (its head first)
