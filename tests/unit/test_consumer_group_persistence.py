@@ -183,3 +183,20 @@ def test_a_consumer_protocol_member_commits_with_offset_commit_v9():
         assert await coord.commit("h", "", -1, offsets, api_version=2) == ErrorCode.none
 
     asyncio.run(main())
+
+
+def test_a_stored_group_state_is_bounded_before_it_is_inflated():
+    """A compressed state read back whole; one that would inflate past STATE_MAX (or is cut short) is no state, read
+    without inflating more than STATE_MAX; a state whose JSON is larger than that is refused when written."""
+    import zlib
+
+    from broker.groups.stores import STATE_MAX, decode_group_state, encode_group_state
+
+    state = {"epoch": 3, "members": [{"member_id": f"m{i}", "assigned": [["t", i]]} for i in range(5000)]}
+    data = encode_group_state(state)
+    assert data[:1] == b"\x78" and decode_group_state(data) == state
+    assert decode_group_state(data[:-10]) is None
+    bomb = zlib.compress(b"{" + b" " * (STATE_MAX + 1) + b"}", 9)
+    assert len(bomb) < 200_000 and decode_group_state(bomb) is None
+    with pytest.raises(ValueError, match="bytes of JSON"):
+        encode_group_state({"x": "y" * STATE_MAX})

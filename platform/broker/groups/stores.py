@@ -31,6 +31,7 @@ PROTOCOL_STATE = "protocol_state"  # a "consumer"-protocol group's state (KIP-84
 STALE = -2  # a group whose write was refused: no write until it is read again
 COMPRESS_ABOVE = 64 * 1024  # a larger group state is stored zlib-compressed (JSON's repetitions shrink ~10x)
 ZNODE_MAX = 1_000_000  # ZooKeeper's jute.maxbuffer (1 MiB by default) less room for the request around it
+STATE_MAX = 64 * 1024 * 1024  # a state's JSON at most (written and read: a znode cannot inflate past it)
 
 
 def encode_group_state(state: dict) -> bytes:
@@ -38,6 +39,9 @@ def encode_group_state(state: dict) -> bytes:
     starts with ``{``, zlib with 0x78: :func:`decode_group_state` tells them apart). A state that would not fit in
     a znode is a ValueError, not a request that ZooKeeper answers by dropping the broker's connection."""
     data = json.dumps(state, separators=(",", ":")).encode()
+    if len(data) > STATE_MAX:
+        raise ValueError(f"the group's state is {len(data):,} bytes of JSON, more than {STATE_MAX:,}: fewer members "
+                         "or partitions per group")
     if len(data) > COMPRESS_ABOVE:
         data = zlib.compress(data, 6)
     if len(data) > ZNODE_MAX:
@@ -47,9 +51,15 @@ def encode_group_state(state: dict) -> bytes:
 
 
 def decode_group_state(data: bytes) -> dict | None:
-    """:func:`encode_group_state` reversed; None for what is neither (the group starts afresh)."""
+    """:func:`encode_group_state` reversed; None for what is neither, or inflates past :data:`STATE_MAX` (the group
+    starts afresh)."""
     try:
-        return json.loads(zlib.decompress(data) if data[:1] == b"\x78" else data)
+        if data[:1] == b"\x78":
+            inflater = zlib.decompressobj()
+            data = inflater.decompress(data, STATE_MAX)
+            if inflater.unconsumed_tail or not inflater.eof:
+                return None
+        return json.loads(data)
     except (ValueError, zlib.error):
         return None
 
